@@ -1,0 +1,11 @@
+"""ppl_bsvm: Bayesian support vector machines, and approximate inference checked against MCMC."""
+
+import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1)
+
+from . import data, datasets, kernels, metrics, predictive
+from .api import fit, list_methods
+from .result import Fit
+
+__version__ = "0.1.0"
+
+__all__ = ["Fit", "fit", "list_methods", "data", "datasets", "kernels", "metrics", "predictive"]

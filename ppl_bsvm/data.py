@@ -1,0 +1,209 @@
+"""Input validation shared by every entry point.
+
+Every public function that takes user data goes through :func:`check_X_y` (training) or
+:func:`check_X` (prediction). Labels of any type (ints, bools, strings, ...) with exactly two
+distinct values are mapped to -1/+1; the mapping is kept in :class:`BinaryLabels` so that
+predictions come back in the user's labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["BinaryLabels", "Problem", "check_X", "check_X_y", "check_binary_y", "design_matrix"]
+
+
+class BinaryLabels(NamedTuple):
+    """The mapping between the user's two labels and -1/+1.
+
+    Attributes
+    ----------
+    negative : object
+        The user's label mapped to -1.
+    positive : object
+        The user's label mapped to +1 (``predict_proba`` returns P(y = positive)).
+    """
+
+    negative: Any
+    positive: Any
+
+    @property
+    def classes(self) -> np.ndarray:
+        """The two labels in the order (negative, positive), as in scikit-learn's ``classes_``."""
+        return np.array([self.negative, self.positive])
+
+    def encode(self, y) -> np.ndarray:
+        """Map user labels to float64 -1/+1; a label outside the pair raises ``ValueError``."""
+        y = np.asarray(y)
+        pos = y == self.positive
+        neg = y == self.negative
+        if not np.all(pos | neg):
+            bad = np.unique(y[~(pos | neg)])[:5]
+            raise ValueError(
+                f"y contains labels {bad.tolist()} that are neither the negative label "
+                f"{self.negative!r} nor the positive label {self.positive!r}"
+            )
+        return np.where(pos, 1.0, -1.0)
+
+    def decode(self, signs) -> np.ndarray:
+        """Map -1/+1 (or any real score, by its sign; 0 goes to positive) to the user's labels."""
+        return np.where(np.asarray(signs) >= 0, self.positive, self.negative)
+
+
+class Problem(NamedTuple):
+    """A validated binary classification problem.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n, d)
+        Finite float64 inputs.
+    y : ndarray of shape (n,)
+        Labels in {-1.0, +1.0}.
+    labels : BinaryLabels
+        How the user's labels map to -1/+1.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    labels: BinaryLabels
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[1]
+
+
+def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
+    """Return ``X`` as a C-contiguous float64 2-D array with finite entries.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+    name : str, default="X"
+        The argument name used in error messages.
+    n_features : int, optional
+        If given, ``X`` must have this many columns (prediction after fitting).
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is empty, not 2-D, not numeric, or contains NaN or inf.
+    """
+    try:
+        arr = np.asarray(X)
+    except Exception as err:  # ragged lists and the like
+        raise ValueError(f"{name} could not be converted to an array: {err}") from None
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise ValueError(f"{name} must be numeric, got an array of dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real, got complex dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D of shape (n_samples, n_features), got {arr.ndim}-D shape "
+            f"{arr.shape}; reshape a single feature with X.reshape(-1, 1)"
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        kind = "NaN" if np.isnan(arr[tuple(bad)]) else "inf"
+        count = int(np.sum(~np.isfinite(arr)))
+        raise ValueError(
+            f"{name} contains {count} non-finite value(s) ({kind} first at row {bad[0]}, "
+            f"column {bad[1]}); remove or impute them"
+        )
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {arr.shape[1]} features, but the model was fitted with {n_features}"
+        )
+    return arr
+
+
+def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, BinaryLabels]:
+    """Validate a 1-D label vector with exactly two classes and map it to -1/+1.
+
+    The positive class is ``positive`` if given, else the larger of the two labels in
+    ``np.unique`` order (``True`` for bools, ``1`` for {0, 1}, ``+1`` for {-1, +1}, the
+    alphabetically later string), as scikit-learn's ``classes_[1]``.
+
+    Returns
+    -------
+    y_pm : ndarray of shape (n,)
+        float64 labels in {-1, +1}.
+    labels : BinaryLabels
+    """
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}; use {name}.ravel()")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got {arr.ndim}-D shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf labels")
+    if arr.dtype == object and any(v is None for v in arr):
+        raise ValueError(f"{name} contains missing (None) labels")
+    try:
+        classes = np.unique(arr)
+    except TypeError as err:
+        raise ValueError(f"{name} has labels of mixed, unorderable types: {err}") from None
+    if classes.size == 1:
+        raise ValueError(
+            f"{name} has only one class ({classes[0]!r}); binary classification needs two"
+        )
+    if classes.size > 2:
+        shown = classes[:6].tolist()
+        raise ValueError(
+            f"{name} has {classes.size} classes ({shown}{' ...' if classes.size > 6 else ''}); "
+            "ppl_bsvm is a binary classifier and needs exactly two"
+        )
+    if positive is None:
+        labels = BinaryLabels(negative=classes[0].item(), positive=classes[1].item())
+    else:
+        if positive not in classes.tolist():
+            raise ValueError(f"positive={positive!r} is not one of the labels {classes.tolist()}")
+        other = classes[0] if classes[1] == positive else classes[1]
+        labels = BinaryLabels(negative=other.item(), positive=positive)
+    return labels.encode(arr), labels
+
+
+def check_X_y(X, y, *, positive=None) -> Problem:
+    """Validate training data and return a :class:`Problem` with labels in {-1, +1}.
+
+    Raises
+    ------
+    ValueError
+        For NaN or inf, wrong dimensions, length mismatch, one class, more than two classes,
+        or empty input; the message names the argument and the problem.
+    """
+    X = check_X(X)
+    y_pm, labels = check_binary_y(y, positive=positive)
+    if X.shape[0] != y_pm.shape[0]:
+        raise ValueError(
+            f"X and y have different lengths: X has {X.shape[0]} rows, y has {y_pm.shape[0]}"
+        )
+    return Problem(X=X, y=y_pm, labels=labels)
+
+
+def design_matrix(X: np.ndarray, intercept: bool) -> np.ndarray:
+    """Inputs of the linear model: ``X``, with a trailing column of ones when ``intercept``.
+
+    The linear Bayesian SVM has no bias of its own (``f = x^T beta``); every linear engine
+    adds the intercept the same way, so their ``beta`` line up feature by feature.
+    """
+    if not intercept:
+        return X
+    return np.concatenate([X, np.ones((X.shape[0], 1), dtype=X.dtype)], axis=1)
+
+
+def feature_names(d: int, intercept: bool) -> list[str]:
+    """Coordinate labels of ``beta``: ``x0 .. x{d-1}`` and ``intercept`` last when present."""
+    return [f"x{j}" for j in range(d)] + (["intercept"] if intercept else [])

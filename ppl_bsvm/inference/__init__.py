@@ -1,0 +1,3 @@
+"""Inference engines; importing this package registers them with ``ppl_bsvm.fit``."""
+
+from . import vi  # noqa: F401

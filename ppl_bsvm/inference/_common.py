@@ -1,0 +1,114 @@
+"""Pieces every engine shares: problem set-up, draws, the ``Fit`` for Gaussian approximations."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import nonnegative_float, positive_float
+from .._idata import make_idata
+from ..data import Problem, design_matrix, feature_names
+from ..kernels import Kernel, gram
+
+__all__ = [
+    "APPROX_GROUP",
+    "GPSetup",
+    "LinearSetup",
+    "check_gamma",
+    "gaussian_idata",
+    "gp_setup",
+    "linear_setup",
+    "mvn_draws",
+]
+
+APPROX_GROUP = "approximation"
+"""Name of the DataTree group holding an approximation's own parameters (q's mean and
+covariance, the ECM's point estimate and lam-hat, ...), apart from the posterior draws."""
+
+
+class GPSetup(NamedTuple):
+    """A GP problem ready for an engine: float64 device arrays and the kernel matrix.
+
+    ``K`` includes the relative ``jitter`` (``ppl_bsvm.kernels.gram``).
+    """
+
+    X: jnp.ndarray  # (n, d)
+    y: jnp.ndarray  # (n,) in {-1, +1}
+    params: dict  # unconstrained kernel hyperparameters
+    K: jnp.ndarray  # (n, n)
+    jitter: float
+
+
+class LinearSetup(NamedTuple):
+    """The linear model's design: ``Z`` has rows ``z_i = y_i x_i`` (with the intercept column)."""
+
+    Xd: jnp.ndarray  # (n, p) design matrix
+    y: jnp.ndarray  # (n,)
+    Z: jnp.ndarray  # (n, p)
+    features: list[str]
+
+
+def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:
+    jitter = nonnegative_float("jitter", jitter)
+    X = jnp.asarray(problem.X, dtype=jnp.float64)
+    y = jnp.asarray(problem.y, dtype=jnp.float64)
+    params = kernel.init_params(problem.X)
+    K = gram(kernel, params, X, jitter)
+    return GPSetup(X, y, params, K, jitter)
+
+
+def linear_setup(problem: Problem, intercept: bool) -> LinearSetup:
+    Xd = jnp.asarray(design_matrix(problem.X, intercept), dtype=jnp.float64)
+    y = jnp.asarray(problem.y, dtype=jnp.float64)
+    return LinearSetup(Xd, y, y[:, None] * Xd, feature_names(problem.d, intercept))
+
+
+def check_gamma(gamma) -> float:
+    """The pseudo-likelihood temperature: ``L(y|f) = exp(-2 gamma max(0, 1 - y f))``."""
+    return positive_float("gamma", gamma)
+
+
+def mvn_draws(key, mean, chol_cov, num_draws: int):
+    """``num_draws`` draws of ``N(mean, L L^T)`` as an array ``(1, num_draws, dim)``."""
+    z = jax.random.normal(key, (num_draws, mean.shape[0]), dtype=mean.dtype)
+    return np.asarray(mean + z @ chol_cov.T)[None]
+
+
+def gaussian_idata(
+    draws: dict,
+    *,
+    problem: Problem,
+    coords: dict | None = None,
+    approximation: dict | None = None,
+    attrs: dict | None = None,
+):
+    """DataTree for a Gaussian approximation: i.i.d. draws (one chain) plus its parameters."""
+    dims = {
+        "f_mean": ["obs"],
+        "f_var": ["obs"],
+        "lam_hat": ["obs"],
+        "alpha": ["obs"],
+        "beta_mean": ["feature"],
+        "beta_cov": ["feature", "feature_bis"],
+        "u_mean": ["inducing"],
+        "u_cov": ["inducing", "inducing_bis"],
+    }
+    coords = dict(coords or {})
+    coords.setdefault("obs", np.arange(problem.n))
+    if "feature" in coords:
+        coords.setdefault("feature_bis", coords["feature"])
+    if "inducing" in coords:
+        coords.setdefault("inducing_bis", coords["inducing"])
+    groups = {APPROX_GROUP: approximation} if approximation else None
+    return make_idata(
+        draws,
+        coords=coords,
+        dims=dims,
+        observed_y=problem.y,
+        groups=groups,
+        attrs=attrs,
+    )
+

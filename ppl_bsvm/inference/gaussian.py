@@ -1,0 +1,104 @@
+r"""GP regression with per-point noise: the linear algebra shared by ECM, Gibbs and B-BSVM.
+
+Every GP engine of the Bayesian SVM needs the Gaussian
+:math:`N(f; K (K + N)^{-1} t,\; K - K (K + N)^{-1} K)` for some diagonal noise
+:math:`N = \mathrm{diag}(\nu)`: ECM (``nu = lamhat / gamma``), the Gibbs conditional of ``f``
+(``nu = lam``) and batch VI (``nu = sqrt(alpha)``). Following GPML (Alg. 3.2) and DESIGN.md,
+``(K + N)`` is never factorised directly; instead
+
+.. math:: B = I + S K S, \quad S = N^{-1/2}, \quad (K + N)^{-1} = S B^{-1} S,
+
+whose Cholesky factor is well conditioned whenever the noise is not huge relative to ``K``,
+and which stays finite as a noise variance goes to 0 (a point pinned to the margin).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+__all__ = [
+    "NoisyFactor",
+    "factor",
+    "solve",
+    "posterior_mean",
+    "posterior_cov",
+    "posterior_cov_diag",
+    "predict",
+]
+
+
+class NoisyFactor(NamedTuple):
+    """Factorisation of ``K + diag(noise)``.
+
+    Attributes
+    ----------
+    chol : (n, n)
+        Lower Cholesky factor of ``B = I + S K S``.
+    s : (n,)
+        ``noise ** -1/2``.
+    """
+
+    chol: jnp.ndarray
+    s: jnp.ndarray
+
+
+def factor(K, noise) -> NoisyFactor:
+    """Factor ``K + diag(noise)`` (``noise > 0``) in the symmetric form ``I + S K S``."""
+    s = 1.0 / jnp.sqrt(noise)
+    B = jnp.eye(K.shape[0], dtype=K.dtype) + s[:, None] * K * s[None, :]
+    return NoisyFactor(jnp.linalg.cholesky(B), s)
+
+
+def solve(fac: NoisyFactor, v):
+    """``(K + N)^{-1} v`` for ``v`` of shape ``(n,)`` or ``(n, k)``."""
+    s = fac.s if v.ndim == 1 else fac.s[:, None]
+    return s * cho_solve((fac.chol, True), s * v)
+
+
+def posterior_mean(K, fac: NoisyFactor, t):
+    """``K (K + N)^{-1} t`` and the weights ``a = (K + N)^{-1} t`` (so ``mean = K a``)."""
+    a = solve(fac, t)
+    return K @ a, a
+
+
+def _whitened(fac: NoisyFactor, K_cross):
+    """``V = L^{-1} S K_cross`` so that ``K_cross^T (K + N)^{-1} K_cross = V^T V``."""
+    return solve_triangular(fac.chol, fac.s[:, None] * K_cross, lower=True)
+
+
+def posterior_cov(K, fac: NoisyFactor):
+    """``K - K (K + N)^{-1} K`` (dense, ``(n, n)``)."""
+    V = _whitened(fac, K)
+    return K - V.T @ V
+
+
+def posterior_cov_diag(K, fac: NoisyFactor):
+    """Diagonal of ``K - K (K + N)^{-1} K``."""
+    V = _whitened(fac, K)
+    return jnp.diag(K) - jnp.sum(V**2, axis=0)
+
+
+def predict(fac: NoisyFactor, a, K_cross, k_diag):
+    """Predictive mean and variance at new inputs.
+
+    Parameters
+    ----------
+    fac : NoisyFactor
+        Factor of ``K + N`` at the training inputs.
+    a : (n,)
+        ``(K + N)^{-1} t``.
+    K_cross : (n, n*)
+        ``k(X_train, X_new)``.
+    k_diag : (n*,)
+        ``k(x*, x*)``.
+
+    Returns
+    -------
+    mean, var : (n*,)
+        ``K_cross^T a`` and ``k_diag - diag(K_cross^T (K + N)^{-1} K_cross)`` (clipped at 0).
+    """
+    V = _whitened(fac, K_cross)
+    return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)

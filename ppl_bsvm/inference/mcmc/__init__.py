@@ -1,0 +1,1 @@
+"""MCMC engines (Gibbs, NUTS)."""

@@ -1,0 +1,113 @@
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+
+import ppl_bsvm
+from ppl_bsvm.api import get_engine, list_methods
+
+
+def test_unknown_model_and_method_list_valid_names(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match=r"valid models are \['linear', 'gp', 'sparse_gp'\]"):
+        ppl_bsvm.fit(X, y, model="svm", method="ecm")
+    with pytest.raises(ValueError, match="valid methods for model 'gp' are .*'ecm'"):
+        ppl_bsvm.fit(X, y, model="gp", method="magic")
+
+
+def test_unknown_option_is_an_error_not_ignored(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['max_iters'\].*valid options"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", max_iters=10)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"max_iter": 0}, "max_iter"),
+        ({"tol": -1.0}, "tol"),
+        ({"gamma": 0.0}, "gamma"),
+        ({"link": "logit"}, "valid links"),
+        ({"jitter": -1e-6}, "jitter"),
+    ],
+)
+def test_bad_option_values(toy2d, options, message):
+    X, y = toy2d
+    with pytest.raises(ValueError, match=message):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", **options)
+
+
+def test_linear_model_takes_no_kernel(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match="kernel is not used"):
+        ppl_bsvm.fit(X, y, model="linear", method="ecm", kernel="rbf")
+
+
+def test_bad_seed(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match="seed"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", seed=-3)
+
+
+def test_bad_data_reaches_the_user_as_value_error(toy2d):
+    X, y = toy2d
+    X = X.copy()
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm")
+
+
+@pytest.fixture(scope="module")
+def string_fit():
+    r = np.random.default_rng(3)
+    X = r.standard_normal((50, 2))
+    y = np.where(X[:, 0] + 0.3 * r.standard_normal(50) > 0, "spam", "ham")
+    return X, y, ppl_bsvm.fit(X, y, model="gp", method="ecm", seed=1)
+
+
+def test_fit_face(string_fit):
+    X, y, fit = string_fit
+    assert fit.method == "ecm" and fit.model == "gp"
+    assert fit.labels.positive == "spam" and fit.n_features_in == 2
+    assert fit.stop_reason in ("tol", "max_iter") and fit.n_iter >= 1
+    assert fit.timings["total"] > 0
+    assert fit.trace["objective"].shape == (fit.n_iter,)
+    assert isinstance(fit.idata, xr.DataTree)
+    assert fit.idata.posterior["f"].dims == ("chain", "draw", "obs")
+    assert "approximation" in fit.idata.children and "observed_data" in fit.idata.children
+    assert set(fit.hyperparameters) == {"lengthscale", "variance"}
+    assert "ecm" in fit.summary()
+
+
+def test_predictions_in_user_labels_agree_with_proba(string_fit):
+    X, y, fit = string_fit
+    p = fit.predict_proba(X)
+    labels = fit.predict(X)
+    assert p.dtype == np.float64 and p.shape == (50,)
+    np.testing.assert_array_equal(labels, np.where(p >= 0.5, "spam", "ham"))
+    assert np.mean(labels == y) > 0.8
+    mean, var = fit.predict_latent(X)
+    assert mean.shape == var.shape == (50,) and np.all(var >= 0)
+    for link in ("paper", "probit", "sign", "normalized"):
+        q = fit.predict_proba(X, link=link)
+        np.testing.assert_array_equal(q >= 0.5, mean >= 0)  # every link is a monotone rule
+
+
+def test_predict_validates_X(string_fit):
+    _, _, fit = string_fit
+    with pytest.raises(ValueError, match="has 3 features"):
+        fit.predict_proba(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        fit.predict(np.array([[np.nan, 0.0]]))
+
+
+def test_float64_inside_without_touching_global_config(string_fit):
+    _, _, fit = string_fit
+    assert fit.idata.posterior["f"].dtype == np.float64
+    assert not jax.config.jax_enable_x64
+
+
+def test_registry_lists_engines():
+    methods = list_methods()
+    assert ("gp", "ecm", get_engine("gp", "ecm").summary) in methods
+    assert all(summary for _, _, summary in methods)

@@ -1,0 +1,146 @@
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ppl_bsvm import kernels
+
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Kernels are pure functions: the caller picks the precision (finite differences need 64)."""
+    with jax.enable_x64(True):
+        yield
+
+PSD_KERNELS = [
+    kernels.RBF(lengthscale=0.7, variance=1.3),
+    kernels.RBF(lengthscale=(0.5, 1.0, 2.0), ard=True),
+    kernels.Matern32(lengthscale=0.8),
+    kernels.Matern52(lengthscale=(0.6, 1.2, 0.9), ard=True, variance=0.5),
+    kernels.Linear(variance=2.0),
+    kernels.Polynomial(degree=3, scale=0.5, offset=1.5),
+    kernels.RBF(lengthscale=1.0) + kernels.Constant(2.0),
+    kernels.Matern52(lengthscale=1.0) * kernels.Linear(),
+]
+ALL_KERNELS = PSD_KERNELS + [kernels.Sigmoid(scale=0.3, offset=-0.5)]
+
+
+@pytest.fixture
+def X(rng):
+    return rng.standard_normal((25, 3))
+
+
+@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=repr)
+def test_symmetric_with_matching_diag(kernel, X):
+    params = kernel.init_params(X)
+    K = np.asarray(kernel.K(params, X, X))
+    assert K.shape == (25, 25) and K.dtype == np.float64
+    np.testing.assert_allclose(K, K.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.diag(K), kernel.diag(params, X), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", PSD_KERNELS, ids=repr)
+def test_positive_semidefinite(kernel, X):
+    params = kernel.init_params(X)
+    K = np.asarray(kernel.K(params, X, X))
+    eig = np.linalg.eigvalsh(K)
+    assert eig.min() > -1e-10 * max(1.0, eig.max())
+    # the jittered Gram matrix factorises
+    np.linalg.cholesky(np.asarray(kernels.gram(kernel, params, X)))
+
+
+def test_sigmoid_kernel_is_not_psd_in_general(X):
+    k = kernels.Sigmoid(scale=1.0, offset=-2.0)
+    K = np.asarray(k.K(k.init_params(X), X, X))
+    assert np.linalg.eigvalsh(K).min() < 0  # the documented caveat
+
+
+@pytest.mark.parametrize("cls", [kernels.RBF, kernels.Matern32, kernels.Matern52])
+def test_ard_with_equal_lengthscales_is_isotropic(cls, X):
+    iso, ard = cls(lengthscale=0.9), cls(lengthscale=(0.9, 0.9, 0.9), ard=True)
+    np.testing.assert_allclose(
+        ard.K(ard.init_params(X), X, X[:7]), iso.K(iso.init_params(X), X, X[:7]), rtol=1e-12
+    )
+
+
+def _fd_check(f, x, eps=1e-6):
+    """Central differences of scalar f at the flat vector x."""
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=repr)
+def test_gradient_wrt_hyperparameters_matches_finite_differences(kernel, X):
+    params = kernel.init_params(X)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    W = jnp.asarray(np.random.default_rng(1).standard_normal((25, 25)))
+
+    def scalar(v):
+        return jnp.sum(W * kernel.K(unravel(v), X, X)) + jnp.sum(kernel.diag(unravel(v), X))
+
+    auto = np.asarray(jax.grad(scalar)(flat))
+    fd = _fd_check(lambda v: float(scalar(jnp.asarray(v))), np.asarray(flat))
+    np.testing.assert_allclose(auto, fd, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", PSD_KERNELS[:4], ids=repr)
+def test_gradient_wrt_inputs_is_finite_at_zero_distance(kernel, X):
+    params = kernel.init_params(X)
+    g = jax.grad(lambda Z: jnp.sum(kernel.K(params, Z, Z)))(jnp.asarray(X))
+    assert np.all(np.isfinite(np.asarray(g)))
+    fd = _fd_check(lambda v: float(jnp.sum(kernel.K(params, v.reshape(X.shape), v.reshape(X.shape)))), X.ravel().copy())
+    np.testing.assert_allclose(np.asarray(g).ravel(), fd, rtol=1e-5, atol=1e-5)
+
+
+def test_params_are_a_jittable_pytree(X):
+    k = kernels.RBF(lengthscale=(1.0, 2.0, 3.0), ard=True)
+    params = k.init_params(X)
+    leaves, treedef = jax.tree.flatten(params)
+    assert jax.tree.unflatten(treedef, leaves).keys() == params.keys()
+    K = jax.jit(k.K)(params, X, X)
+    np.testing.assert_allclose(K, k.K(params, X, X))
+    assert set(k.constrain(params)) == {"lengthscale", "variance"}
+    np.testing.assert_allclose(k.constrain(params)["lengthscale"], [1.0, 2.0, 3.0])
+    assert hash(k) == hash(kernels.RBF(lengthscale=(1.0, 2.0, 3.0), ard=True))
+
+
+def test_rbf_formula_and_median_heuristic(X):
+    k = kernels.RBF()
+    params = k.init_params(X)
+    ell = float(np.exp(params["log_lengthscale"]))
+    d = np.sqrt(((X[:, None, :] - X[None]) ** 2).sum(-1))
+    assert ell == pytest.approx(np.median(d[np.triu_indices(25, 1)]))
+    np.testing.assert_allclose(k.K(params, X, X), np.exp(-0.5 * d**2 / ell**2), atol=1e-12)
+
+
+def test_gram_adds_relative_jitter(X):
+    k = kernels.RBF(lengthscale=1.0, variance=4.0)
+    params = k.init_params(X)
+    diff = np.asarray(kernels.gram(k, params, X, jitter=1e-3) - k.K(params, X, X))
+    np.testing.assert_allclose(diff, 4e-3 * np.eye(25), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: kernels.RBF(lengthscale=-1.0), "lengthscale"),
+        (lambda: kernels.RBF(variance=0.0), "variance"),
+        (lambda: kernels.RBF(lengthscale=(1.0, 2.0)), "ard=True"),
+        (lambda: kernels.Polynomial(degree=1.5), "degree"),
+        (lambda: kernels.get_kernel("gaussian"), "valid names"),
+    ],
+)
+def test_bad_kernel_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_ard_lengthscale_count_must_match(X):
+    with pytest.raises(ValueError, match="3 features"):
+        kernels.RBF(lengthscale=(1.0, 2.0), ard=True).init_params(X)

@@ -1,0 +1,168 @@
+r"""Inducing-point machinery shared by S-BSVM (Wenzel et al. 2017, section 4.2) and SVGP.
+
+The sparse GP: inducing values ``u = f(Z)`` at ``m`` locations ``Z``, ``u ~ N(0, Kmm)``,
+``p(f | u) = N(kappa u, Ktilde)`` with
+
+.. math:: \kappa = K_{nm} K_{mm}^{-1}, \qquad \tilde K_{ii} = K_{ii} - \kappa_i K_{mn,i},
+
+and a Gaussian ``q(u) = N(mu, Sigma)``, in natural parameters ``eta1 = Sigma^{-1} mu``,
+``eta2 = -Sigma^{-1} / 2`` (``specs/bsvm_inference.md`` section 4). Under q the latent values
+have marginals ``m_i = kappa_i mu`` and ``s_i = kappa_i Sigma kappa_i^T + Ktilde_ii``; nothing
+here forms an ``n x n`` matrix, so memory is ``O(b m + m^2)`` for a batch of ``b`` rows.
+
+Inducing locations: k-means with k-means++ seeding (default), a random subset of the inputs,
+or given by the user (and optionally optimised with the hyperparameters by the engines).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from .._checks import one_of, positive_int
+from ..data import check_X
+from ..kernels import DEFAULT_JITTER, Kernel
+
+__all__ = [
+    "INDUCING_METHODS",
+    "choose_inducing",
+    "InducingPrior",
+    "inducing_prior",
+    "Projection",
+    "project",
+    "marginals",
+    "kl_to_prior",
+    "Natural",
+    "to_natural",
+    "from_natural",
+]
+
+INDUCING_METHODS = ("kmeans", "random")
+
+
+def choose_inducing(X, num_inducing: int, method: str = "kmeans", seed: int = 0,
+                    max_points: int = 200_000):
+    """Inducing locations ``Z (m, d)`` from the training inputs.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+    num_inducing : int
+        ``m``; at most the number of distinct rows of ``X``.
+    method : {"kmeans", "random"}
+        ``"kmeans"``: cluster centres of k-means with k-means++ seeding (scikit-learn, one
+        initialisation, fitted on at most ``max_points`` rows drawn without replacement);
+        ``"random"``: ``m`` distinct rows of ``X``.
+    seed : int
+    """
+    X = check_X(X)
+    m = positive_int("num_inducing", num_inducing)
+    one_of("inducing", method, INDUCING_METHODS)
+    n = X.shape[0]
+    if m > n:
+        raise ValueError(f"num_inducing={m} exceeds the number of training points n={n}")
+    rng = np.random.default_rng(seed)
+    if method == "random":
+        return X[np.sort(rng.choice(n, m, replace=False))].copy()
+    from sklearn.cluster import KMeans
+
+    sample = X if n <= max_points else X[rng.choice(n, max_points, replace=False)]
+    if m == sample.shape[0]:
+        return sample.copy()
+    km = KMeans(n_clusters=m, init="k-means++", n_init=1, random_state=int(seed), max_iter=100)
+    return km.fit(sample).cluster_centers_.astype(np.float64)
+
+
+class InducingPrior(NamedTuple):
+    """``p(u) = N(0, Kmm)`` with ``Kmm`` jittered and factorised.
+
+    Attributes
+    ----------
+    Z : (m, d)
+    Kmm : (m, m)
+    chol : (m, m)
+        Lower Cholesky factor of ``Kmm``.
+    """
+
+    Z: jnp.ndarray
+    Kmm: jnp.ndarray
+    chol: jnp.ndarray
+
+
+def inducing_prior(kernel: Kernel, params, Z, jitter: float = DEFAULT_JITTER) -> InducingPrior:
+    """``Kmm + jitter * mean(diag Kmm) I`` and its Cholesky factor (jittable)."""
+    Kmm = kernel.K(params, Z, Z)
+    Kmm = Kmm + jitter * jnp.mean(jnp.diag(Kmm)) * jnp.eye(Z.shape[0], dtype=Kmm.dtype)
+    return InducingPrior(Z, Kmm, jnp.linalg.cholesky(Kmm))
+
+
+class Projection(NamedTuple):
+    """The conditional ``p(f_b | u) = N(kappa u, diag(ktilde))`` for a batch of rows.
+
+    Attributes
+    ----------
+    kappa : (b, m)
+        ``K_bm Kmm^{-1}``.
+    ktilde : (b,)
+        ``K_ii - kappa_i K_mi`` (>= 0).
+    """
+
+    kappa: jnp.ndarray
+    ktilde: jnp.ndarray
+
+
+def project(kernel: Kernel, params, prior: InducingPrior, Xb) -> Projection:
+    """``kappa`` and ``ktilde`` for the rows ``Xb`` (two triangular solves, no inverse)."""
+    Kmb = kernel.K(params, prior.Z, Xb)
+    A = solve_triangular(prior.chol, Kmb, lower=True)  # L^{-1} K_mb
+    kappa = solve_triangular(prior.chol.T, A, lower=False).T  # K_bm Kmm^{-1}
+    ktilde = jnp.maximum(kernel.diag(params, Xb) - jnp.sum(A**2, axis=0), 0.0)
+    return Projection(kappa, ktilde)
+
+
+def marginals(proj: Projection, mu, Sigma):
+    """Mean ``kappa mu`` and variance ``kappa Sigma kappa^T + ktilde`` of ``f`` under q."""
+    mean = proj.kappa @ mu
+    var = jnp.sum((proj.kappa @ Sigma) * proj.kappa, axis=1) + proj.ktilde
+    return mean, var
+
+
+def kl_to_prior(mu, Sigma, prior: InducingPrior):
+    r"""``KL(N(mu, Sigma) || N(0, Kmm))``.
+
+    .. math:: \tfrac12 \left[\mathrm{tr}(K_{mm}^{-1}\Sigma) + \mu^\top K_{mm}^{-1}\mu - m
+              + \log|K_{mm}| - \log|\Sigma|\right]
+    """
+    m = mu.shape[0]
+    chol_S = jnp.linalg.cholesky(Sigma)
+    W = solve_triangular(prior.chol, chol_S, lower=True)
+    a = solve_triangular(prior.chol, mu, lower=True)
+    logdet_K = 2.0 * jnp.sum(jnp.log(jnp.diag(prior.chol)))
+    logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diag(chol_S)))
+    return 0.5 * (jnp.sum(W**2) + jnp.sum(a**2) - m + logdet_K - logdet_S)
+
+
+class Natural(NamedTuple):
+    """Natural parameters of ``q(u)``: ``eta1 = Sigma^{-1} mu`` (m,), ``eta2 = -Sigma^{-1}/2`` (m, m)."""
+
+    eta1: jnp.ndarray
+    eta2: jnp.ndarray
+
+
+def to_natural(mu, Sigma) -> Natural:
+    chol = jnp.linalg.cholesky(Sigma)
+    prec = cho_solve((chol, True), jnp.eye(mu.shape[0], dtype=mu.dtype))
+    return Natural(prec @ mu, -0.5 * prec)
+
+
+def from_natural(nat: Natural):
+    """``(mu, Sigma)`` from natural parameters, through the Cholesky factor of the precision."""
+    prec = -2.0 * nat.eta2
+    prec = 0.5 * (prec + prec.T)
+    chol = jnp.linalg.cholesky(prec)
+    Sigma = cho_solve((chol, True), jnp.eye(prec.shape[0], dtype=prec.dtype))
+    mu = cho_solve((chol, True), nat.eta1)
+    return mu, 0.5 * (Sigma + Sigma.T)

@@ -22,17 +22,19 @@ import ppl_bsvm
 from ppl_bsvm import kernels, models
 from ppl_bsvm.inference.mcmc import (
     BSVMGibbs,
+    ConvergenceWarning,
     DivergenceWarning,
     InverseGaussian,
     check_finite,
+    default_hyperpriors,
     gibbs,
     sample_beta,
     sample_f,
     sample_gig_half,
     sample_lam,
+    sample_scale,
 )
 from ppl_bsvm.inference.mcmc._common import thin_draws
-from ppl_bsvm.inference.mcmc.gibbs import sample_scale
 
 P_MIN = 1e-3
 N_DRAWS = 20000
@@ -214,6 +216,7 @@ def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler)
     assert s["r_hat"].max() < 1.01
     assert fit.stop_reason == "draws" and fit.n_iter == 2500
     assert fit.posterior["beta"].shape == (4, 2000, 2)
+    assert fit.idata.attrs["rhat_max"] == pytest.approx(s["r_hat"].max(), abs=1e-12)
 
 
 def test_gibbs_fit_face(plane, plane_fits):
@@ -307,7 +310,9 @@ def test_gp_predictions(curve, curve_fits):
 
 def test_divergences_are_counted_and_warned(plane):
     X, y = plane[:2]
-    with pytest.warns(DivergenceWarning, match=r"NUTS had (\d+) divergent") as record:
+    with pytest.warns(DivergenceWarning, match=r"NUTS had (\d+) divergent") as record, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
         fit = ppl_bsvm.fit(X, y, model="linear", method="nuts", augmented=True, intercept=False,
                            num_samples=300, num_warmup=300, num_chains=1,
                            target_accept_prob=0.6, seed=0)
@@ -377,6 +382,15 @@ def test_bad_options(plane, method, options, message):
         ppl_bsvm.fit(X, y, model="linear", method=method, **options)
 
 
+def test_default_hyperpriors():
+    kern = kernels.RBF(lengthscale=(0.5, 2.0), ard=True, variance=3.0)
+    priors = default_hyperpriors(kern, kern.init_params())
+    assert set(priors) == {"lengthscale", "variance"}
+    assert priors["lengthscale"].event_shape == (2,)
+    np.testing.assert_allclose(np.exp(priors["lengthscale"].base_dist.loc), [0.5, 2.0])
+    assert float(priors["variance"].loc) == pytest.approx(np.log(3.0))
+
+
 def test_bad_hyperpriors(curve):
     X, y, kern = curve
     with pytest.raises(ValueError, match="unknown hyperparameter"):
@@ -417,10 +431,20 @@ def test_bsvm_gibbs_refuses_other_models():
         mcmc.run(jax.random.key(0), X, np.array([0.0, 1.0, 1.0]))
 
 
+def test_short_chains_are_flagged(plane):
+    X, y = plane[:2]
+    with pytest.warns(ConvergenceWarning, match=r"R-hat 1\.\d+ > 1.01 in site 'beta'"):
+        fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=15,
+                           num_warmup=0, num_chains=3, scale_step=False, prior_scale=5.0, seed=3)
+    assert fit.idata.attrs["rhat_max"] > 1.01 and fit.idata.attrs["ess_bulk_min"] < 45
+
+
 def test_store_lam_and_thinning(plane):
     X, y = plane[:2]
-    fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=200,
-                       num_warmup=50, num_chains=2, thinning=4, store_lam=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 2 x 50 draws: short on purpose
+        fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=200,
+                           num_warmup=50, num_chains=2, thinning=4, store_lam=True)
     lam = fit.posterior["lam"]
     assert lam.dims == ("chain", "draw", "obs") and lam.shape == (2, 50, 30)
     assert float(lam.min()) > 0
@@ -434,6 +458,7 @@ def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
     X, y, kern = curve
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DivergenceWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 2 x 300 draws
         fit = ppl_bsvm.fit(X, y, model="gp", method="nuts", kernel=kernels.RBF(), seed=6,
                            hyperpriors={"lengthscale": dist.LogNormal(0.0, 0.5)},
                            num_samples=300, num_warmup=300, num_chains=2)

@@ -113,25 +113,50 @@ def _sampler(name: str, model):
     return nuts_kernel(model)
 
 
-def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed):
+def _run_chains(problem, sampler_name, *, warmup, draws, chains, chain_method, seed):
+    """Warmup then sampling, timed phase by phase.
+
+    ``sequential`` runs the chains as separate one-chain ``MCMC`` objects so that each
+    compilation finishes before its chain runs: NumPyro's own sequential mode compiles the
+    next chain's loop while the previous one still executes asynchronously, and subtracting
+    compile time from the wall time would then under-count the sampling time.
+    """
     label, args, kwargs, model = problem
-    kernel = _sampler(sampler_name, model)
-    nuts = sampler_name == "nuts"
     site = "beta" if label == "linear" else "f"
-    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=draws, num_chains=chains,
-                chain_method=chain_method, progress_bar=False)
-    key = jax.random.key(seed)
-    k_warm, k_run = jax.random.split(key)
-    extra = ("diverging", "num_steps") if nuts else ()
-    warm_s, warm_compile = _timed(lambda: (mcmc.warmup(k_warm, *args, **kwargs), mcmc.post_warmup_state)[1])
-    run_s, run_compile = _timed(
-        lambda: (mcmc.run(k_run, *args, extra_fields=extra, **kwargs), mcmc.last_state)[1]
+    extra = ("diverging", "num_steps") if sampler_name == "nuts" else ()
+    keys = jax.random.split(jax.random.key(seed), chains)
+    groups = [keys] if chain_method == "vectorized" else [k[None] for k in keys]
+    draws_out, stats_out = [], []
+    warm_s = run_s = compile_s = 0.0
+    for group in groups:
+        mcmc = MCMC(_sampler(sampler_name, model), num_warmup=warmup, num_samples=draws,
+                    num_chains=len(group), chain_method="vectorized", progress_bar=False)
+        k_warm = jax.vmap(lambda k: jax.random.fold_in(k, 0))(group)
+        k_run = jax.vmap(lambda k: jax.random.fold_in(k, 1))(group)
+        if len(group) == 1:
+            k_warm, k_run = k_warm[0], k_run[0]
+        w, cw = _timed(lambda: (mcmc.warmup(k_warm, *args, **kwargs), mcmc.post_warmup_state)[1])
+        r, cr = _timed(
+            lambda: (mcmc.run(k_run, *args, extra_fields=extra, **kwargs), mcmc.last_state)[1]
+        )
+        warm_s, run_s, compile_s = warm_s + w, run_s + r, compile_s + cw + cr
+        draws_out.append(np.asarray(mcmc.get_samples(group_by_chain=True)[site]))
+        stats_out.append(mcmc.get_extra_fields(group_by_chain=True))
+    draws_arr = np.concatenate(draws_out, axis=0)
+    stats = {k: np.concatenate([np.asarray(s[k]) for s in stats_out], axis=0) for k in extra}
+    return draws_arr, stats, warm_s, run_s, compile_s
+
+
+def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed):
+    label, args = problem[0], problem[1]
+    nuts = sampler_name == "nuts"
+    draws_arr, stats, warm_s, run_s, compile_s = _run_chains(
+        problem, sampler_name, warmup=warmup, draws=draws, chains=chains,
+        chain_method=chain_method, seed=seed,
     )
-    draws_arr = np.asarray(mcmc.get_samples(group_by_chain=True)[site])
     ess = np.asarray(az.ess(draws_arr))
     rhat = np.asarray(az.rhat(draws_arr))
-    stats = mcmc.get_extra_fields(group_by_chain=True)
-    row = {
+    return {
         "model": label,
         "n": int(args[0].shape[0]),
         "dim": int(draws_arr.shape[-1]),
@@ -142,10 +167,11 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
         "chain_method": chain_method,
         "warmup_s": warm_s,
         "sampling_s": run_s,
-        "compile_s": warm_compile + run_compile,
+        "compile_s": compile_s,
         "ms_per_draw": 1e3 * run_s / (chains * draws),
         "ess_min": float(ess.min()),
         "ess_median": float(np.median(ess)),
+        "ess_per_draw_min": float(ess.min() / (chains * draws)),
         "rhat_max": float(rhat.max()),
         "ess_per_s_min": float(ess.min() / run_s),
         "ess_per_s_median": float(np.median(ess) / run_s),
@@ -154,7 +180,6 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
         "mean_leapfrog_steps": float(np.mean(stats["num_steps"])) if nuts else None,
         "posterior_mean_first": float(draws_arr[..., 0].mean()),
     }
-    return row
 
 
 _COLUMNS = [
@@ -165,12 +190,14 @@ _COLUMNS = [
     ("ms/draw", "ms_per_draw", "{:.3f}"),
     ("ESS min", "ess_min", "{:.0f}"),
     ("ESS median", "ess_median", "{:.0f}"),
+    ("ESS/draw min", "ess_per_draw_min", "{:.3f}"),
     ("R-hat max", "rhat_max", "{:.4f}"),
     ("ESS/s min", "ess_per_s_min", "{:.0f}"),
     ("ESS/s median", "ess_per_s_median", "{:.0f}"),
     ("ESS/s min (warmup incl.)", "ess_per_s_min_with_warmup", "{:.0f}"),
     ("compile s", "compile_s", "{:.1f}"),
     ("divergences", "divergences", "{}"),
+    ("leapfrog steps", "mean_leapfrog_steps", "{:.1f}"),
 ]
 
 
@@ -243,9 +270,12 @@ def write_report(rows, env: dict, out: Path) -> None:
         if "gibbs" in by and "nuts" in by:
             ratio_min = by["gibbs"]["ess_per_s_min"] / by["nuts"]["ess_per_s_min"]
             ratio_med = by["gibbs"]["ess_per_s_median"] / by["nuts"]["ess_per_s_median"]
+            g, nu = by["gibbs"], by["nuts"]
             verdict.append(
                 f"- {problem}: Gibbs / NUTS ESS per second = {ratio_min:.2f} (min over "
-                f"coordinates), {ratio_med:.2f} (median)."
+                f"coordinates), {ratio_med:.2f} (median); per draw Gibbs costs "
+                f"{g['ms_per_draw'] / nu['ms_per_draw']:.2f}x NUTS's time and yields "
+                f"{g['ess_per_draw_min'] / nu['ess_per_draw_min']:.2f}x its smallest ESS."
             )
     text = [
         "# Gibbs vs NUTS: effective samples per second",
@@ -260,6 +290,14 @@ def write_report(rows, env: dict, out: Path) -> None:
         markdown_table(rows),
         "",
         *verdict,
+        "",
+        "Reading: NUTS explores the marginal posterior with a few dozen gradient evaluations "
+        "per draw and little autocorrelation; the Gibbs chain pays for its exact conditional "
+        "draws with the augmentation's missing information (its ESS per draw is the ratio to "
+        "watch) and, for the GP, with one Cholesky factor of an n x n matrix per sweep. The "
+        "scale step removes the Gibbs chain's slowest direction on the linear model and is "
+        "neutral on the GP. Timings from a loaded machine are noisy (see the load average); "
+        "ESS per draw is not.",
         "",
         "![ESS per second](ess_per_second.png)",
         "",

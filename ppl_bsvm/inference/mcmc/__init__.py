@@ -4,7 +4,7 @@ Importing this package registers ``method="gibbs"`` (models ``linear``, ``gp``) 
 ``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with ``ppl_bsvm.fit``.
 """
 
-from ._common import DivergenceWarning, check_finite
+from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
 from .gibbs import (
     BSVMGibbs,
     GibbsState,
@@ -16,12 +16,15 @@ from .gibbs import (
     sample_f,
     sample_gig_half,
     sample_lam,
+    sample_scale,
 )
 from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats
 
 __all__ = [
     "BSVMGibbs",
+    "ConvergenceWarning",
     "DivergenceWarning",
+    "RHAT_LIMIT",
     "GibbsState",
     "GPData",
     "InverseGaussian",
@@ -35,4 +38,5 @@ __all__ = [
     "sample_f",
     "sample_gig_half",
     "sample_lam",
+    "sample_scale",
 ]

@@ -23,7 +23,10 @@ from .._common import GPSetup
 
 __all__ = [
     "CHAIN_METHODS",
+    "ConvergenceWarning",
     "DivergenceWarning",
+    "RHAT_LIMIT",
+    "convergence_summary",
     "MCMCConfig",
     "MCMCRun",
     "check_config",
@@ -40,6 +43,14 @@ CHAIN_METHODS = ("vectorized", "sequential", "parallel")
 
 class DivergenceWarning(UserWarning):
     """NUTS reported divergent transitions: the draws may be biased."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The chains disagree (rank-normalised split R-hat above :data:`RHAT_LIMIT`)."""
+
+
+RHAT_LIMIT = 1.01
+"""Largest acceptable R-hat (Vehtari et al. 2021); above it :func:`mcmc_fit` warns."""
 
 
 class MCMCConfig(NamedTuple):
@@ -182,6 +193,45 @@ def check_finite(samples: dict, sampler: str = "the sampler") -> None:
             )
 
 
+def convergence_summary(samples: dict) -> dict:
+    """Largest R-hat and smallest bulk ESS over every coordinate of every site (ArviZ).
+
+    R-hat needs two chains or more (NaN otherwise); constant coordinates are skipped.
+    """
+    import arviz as az
+
+    rhat, ess, worst = -np.inf, np.inf, None
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # ArviZ on one chain / constants
+        for name, value in samples.items():
+            value = np.asarray(value)
+            flat = value.reshape(*value.shape[:2], -1)
+            r = np.asarray(az.rhat(flat), dtype=float).ravel()
+            e = np.asarray(az.ess(flat), dtype=float).ravel()
+            r, e = r[np.isfinite(r)], e[np.isfinite(e)]
+            if r.size and r.max() > rhat:
+                rhat, worst = float(r.max()), name
+            if e.size:
+                ess = min(ess, float(e.min()))
+    return {
+        "rhat_max": rhat if np.isfinite(rhat) else float("nan"),
+        "ess_bulk_min": ess if np.isfinite(ess) else float("nan"),
+        "rhat_worst_site": worst,
+    }
+
+
+def warn_convergence(summary: dict, config: MCMCConfig) -> None:
+    if summary["rhat_max"] > RHAT_LIMIT:  # False for NaN (a single chain)
+        warnings.warn(
+            f"the chains have not converged: R-hat {summary['rhat_max']:.3f} > {RHAT_LIMIT} "
+            f"in site {summary['rhat_worst_site']!r} (smallest bulk ESS "
+            f"{summary['ess_bulk_min']:.0f} of {config.num_chains * (config.num_samples // config.thinning)} "
+            "draws); run longer chains (num_samples, num_warmup) before trusting the posterior.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+
+
 def thin_draws(draws, max_draws: int):
     """Pool ``(chain, draw, ...)`` into ``(S, ...)`` with at most ``max_draws`` evenly spaced draws."""
     draws = np.asarray(draws)
@@ -244,7 +294,13 @@ def mcmc_fit(
     kernel_params=None,
     jitter=None,
 ) -> Fit:
-    """The ``Fit`` of a sampler: posterior draws, sample stats, predictor, timings."""
+    """The ``Fit`` of a sampler: posterior draws, sample stats, predictor, timings.
+
+    Warns (:class:`ConvergenceWarning`) when the largest R-hat exceeds :data:`RHAT_LIMIT`;
+    the largest R-hat and smallest bulk ESS are stored in ``idata.attrs``.
+    """
+    diagnostics = convergence_summary(run.samples)
+    warn_convergence(diagnostics, config)
     coords = dict(coords or {})
     coords.setdefault("obs", np.arange(problem.n))
     idata = make_idata(
@@ -261,6 +317,8 @@ def mcmc_fit(
             "num_samples": config.num_samples,
             "thinning": config.thinning,
             "chain_method": config.chain_method,
+            "rhat_max": diagnostics["rhat_max"],
+            "ess_bulk_min": diagnostics["ess_bulk_min"],
         },
     )
     return Fit(

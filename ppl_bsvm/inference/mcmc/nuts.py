@@ -74,7 +74,7 @@ def nuts_sample_stats(extra: dict, max_tree_depth: int) -> dict:
         "acceptance_rate": np.asarray(extra["accept_prob"]),
         "n_steps": n_steps,
         "tree_depth": tree_depth,
-        "reached_max_tree_depth": tree_depth > max_tree_depth,
+        "reached_max_tree_depth": tree_depth >= max_tree_depth,
         "energy": np.asarray(extra["energy"]),
         "lp": -np.asarray(extra["potential_energy"]),
         "step_size": np.asarray(extra["adapt_state.step_size"]),
@@ -87,14 +87,13 @@ def default_hyperpriors(kernel: Kernel, params) -> dict:
     A weakly informative prior centred on the starting value (for the RBF kernel the median
     heuristic lengthscale and unit variance): one ``e``-fold either way is a 1-sd move.
     """
+    natural = kernel.constrain(params)
     out = {}
     for name in models.hyperparameter_names(kernel, params):
-        leaf = params
-        for step in models._locate(params, name):
-            leaf = leaf[step]
-        out[name] = dist.LogNormal(jnp.asarray(leaf), 1.0)
-        if jnp.ndim(leaf):
-            out[name] = out[name].to_event(jnp.ndim(leaf))
+        start = jnp.asarray(natural[name])
+        out[name] = dist.LogNormal(jnp.log(start), 1.0)
+        if start.ndim:
+            out[name] = out[name].to_event(start.ndim)
     return out
 
 
@@ -131,7 +130,7 @@ def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, stor
             "is numerically degenerate for these data (check the scale of X, prior_scale, "
             "gamma and the kernel hyperparameters)"
         ) from err
-    stats = nuts_sample_stats(run.extra, kernel._max_tree_depth)
+    stats = nuts_sample_stats(run.extra, nuts_options["max_tree_depth"])
     warn_divergences(stats["diverging"], nuts_options["target_accept_prob"], hint)
     samples = {k: v for k, v in run.samples.items() if not k.endswith("_whitened")}
     if not store_lam:

@@ -52,7 +52,7 @@ from ppl_bsvm import datasets, models
 from ppl_bsvm._jax import x64
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
-from ppl_bsvm.kernels import RBF, gram
+from ppl_bsvm.kernels import RBF
 
 DEFAULT_OUT = Path("reports") / "mcmc_benchmark"
 

@@ -1,1 +1,42 @@
-"""MCMC engines (Gibbs, NUTS)."""
+"""MCMC engines: the exact Gibbs sampler (a NumPyro ``MCMCKernel``) and NUTS.
+
+Importing this package registers ``method="gibbs"`` (models ``linear``, ``gp``) and
+``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with ``ppl_bsvm.fit``.
+"""
+
+from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
+from .gibbs import (
+    BSVMGibbs,
+    GibbsState,
+    GPData,
+    InverseGaussian,
+    LinearData,
+    gibbs_step,
+    sample_beta,
+    sample_f,
+    sample_gig_half,
+    sample_lam,
+    sample_scale,
+)
+from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats
+
+__all__ = [
+    "BSVMGibbs",
+    "ConvergenceWarning",
+    "DivergenceWarning",
+    "RHAT_LIMIT",
+    "GibbsState",
+    "GPData",
+    "InverseGaussian",
+    "LinearData",
+    "check_finite",
+    "default_hyperpriors",
+    "gibbs_step",
+    "nuts_kernel",
+    "nuts_sample_stats",
+    "sample_beta",
+    "sample_f",
+    "sample_gig_half",
+    "sample_lam",
+    "sample_scale",
+]

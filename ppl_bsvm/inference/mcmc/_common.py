@@ -1,0 +1,355 @@
+"""What the MCMC engines share: options, the timed ``MCMC`` driver, checks, ``Fit`` and predictions."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.monitoring
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import cho_solve, solve_triangular
+from numpyro.infer import MCMC
+
+from ..._checks import boolean, one_of, positive_int
+from ..._idata import make_idata
+from ...data import Problem, design_matrix
+from ...predictive import MixturePredictor, check_link
+from ...result import Fit
+from .._common import GPSetup
+
+__all__ = [
+    "CHAIN_METHODS",
+    "ConvergenceWarning",
+    "DivergenceWarning",
+    "RHAT_LIMIT",
+    "convergence_summary",
+    "MCMCConfig",
+    "MCMCRun",
+    "check_config",
+    "check_finite",
+    "run_mcmc",
+    "mcmc_fit",
+    "thin_draws",
+    "linear_predictor",
+    "gp_predictor",
+]
+
+CHAIN_METHODS = ("vectorized", "sequential", "parallel")
+
+
+class DivergenceWarning(UserWarning):
+    """NUTS reported divergent transitions: the draws may be biased."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The chains disagree (rank-normalised split R-hat above :data:`RHAT_LIMIT`)."""
+
+
+RHAT_LIMIT = 1.01
+"""Largest acceptable R-hat (Vehtari et al. 2021); above it :func:`mcmc_fit` warns."""
+
+
+class MCMCConfig(NamedTuple):
+    """Validated sampler options shared by the Gibbs and NUTS engines."""
+
+    num_samples: int
+    num_warmup: int
+    num_chains: int
+    chain_method: str
+    thinning: int
+    progress_bar: bool
+    max_predictive_draws: int
+    link: str
+
+
+def check_config(
+    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+    max_predictive_draws, link, *, store_lam=False,
+) -> MCMCConfig:
+    """Validate the common options (``ValueError`` naming the option)."""
+    boolean("store_lam", store_lam)
+    config = MCMCConfig(
+        positive_int("num_samples", num_samples),
+        positive_int("num_warmup", num_warmup, minimum=0),
+        positive_int("num_chains", num_chains),
+        one_of("chain_method", chain_method, CHAIN_METHODS),
+        positive_int("thinning", thinning),
+        boolean("progress_bar", progress_bar),
+        positive_int("max_predictive_draws", max_predictive_draws),
+        check_link(link),
+    )
+    if config.num_samples // config.thinning < 1:
+        raise ValueError(
+            f"thinning={thinning} keeps no draw of num_samples={num_samples}; lower thinning"
+        )
+    return config
+
+
+class MCMCRun(NamedTuple):
+    """Outcome of :func:`run_mcmc`.
+
+    Attributes
+    ----------
+    samples : dict site -> ndarray (chain, draw, ...)
+    extra : dict field -> ndarray (chain, draw, ...)
+        The ``extra_fields`` collected after warmup.
+    timings : dict
+        ``mcmc``: seconds of all warmup and sampling iterations of all chains, compilation
+        taken out; ``compile``: seconds of XLA lowering and compilation (measured with
+        ``jax.monitoring``; Python tracing stays in ``mcmc``).
+    last_state : NamedTuple
+        The sampler's final state (batched over chains for ``vectorized``).
+    mcmc : numpyro.infer.MCMC
+    """
+
+    samples: dict
+    extra: dict
+    timings: dict
+    last_state: Any
+    mcmc: Any
+
+
+# Lowering and XLA compilation; tracing is left out because its events nest (a function
+# traced for the first time inside another one reports its own duration too).
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+@contextlib.contextmanager
+def _compile_time():
+    """Seconds JAX spends compiling inside the block (``jax.monitoring`` duration events)."""
+    total = [0.0]
+
+    def listen(event, duration, **_):
+        if event in _COMPILE_EVENTS:
+            total[0] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield total
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _timed(fn):
+    with _compile_time() as compiled:
+        start = time.perf_counter()
+        out = jax.block_until_ready(fn())
+        elapsed = time.perf_counter() - start
+    return out, max(elapsed - compiled[0], 0.0), compiled[0]
+
+
+def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra_fields=()):
+    """Run ``numpyro.infer.MCMC`` (warmup and sampling in one compiled loop) and time it.
+
+    Draws come back as numpy arrays ``(chain, draw, ...)``, checked to be finite.
+
+    Notes
+    -----
+    One ``MCMC.run`` rather than ``warmup`` then ``run``: with JAX 0.12 every call of NumPyro's
+    ``fori_collect`` recompiles its loop (a fresh ``jit`` with donated buffers each time), so
+    two phases would compile twice. For the same reason ``chain_method="sequential"``
+    compiles once per chain and ``"vectorized"`` once in all.
+    """
+    mcmc = MCMC(
+        kernel,
+        num_warmup=config.num_warmup,
+        num_samples=config.num_samples,
+        num_chains=config.num_chains,
+        chain_method=config.chain_method,
+        thinning=config.thinning,
+        progress_bar=config.progress_bar,
+    )
+    _, seconds, compile_seconds = _timed(
+        lambda: (
+            mcmc.run(key, *model_args, extra_fields=tuple(extra_fields), **model_kwargs),
+            mcmc.last_state,
+        )[1]
+    )
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    check_finite(samples, sampler=type(kernel).__name__)
+    timings = {"mcmc": seconds, "compile": compile_seconds}
+    return MCMCRun(samples, extra, timings, mcmc.last_state, mcmc)
+
+
+def check_finite(samples: dict, sampler: str = "the sampler") -> None:
+    """Raise ``FloatingPointError`` naming the first site with a NaN or inf draw."""
+    for name, value in samples.items():
+        value = np.asarray(value)
+        bad = ~np.isfinite(value)
+        if bad.any():
+            chain, draw = np.argwhere(bad.reshape(value.shape[0], value.shape[1], -1).any(-1))[0]
+            raise FloatingPointError(
+                f"{sampler} produced {int(bad.sum())} non-finite value(s) in site {name!r} "
+                f"(first at chain {chain}, draw {draw}); the draws are unusable. Check the data "
+                "scale, the prior scale and the kernel jitter."
+            )
+
+
+def convergence_summary(samples: dict) -> dict:
+    """Largest R-hat and smallest bulk ESS over every coordinate of every site (ArviZ).
+
+    R-hat needs two chains or more (NaN otherwise); constant coordinates are skipped.
+    """
+    import arviz as az
+
+    rhat, ess, worst = -np.inf, np.inf, None
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # ArviZ on one chain / constants
+        for name, value in samples.items():
+            value = np.asarray(value)
+            flat = value.reshape(*value.shape[:2], -1)
+            r = np.asarray(az.rhat(flat), dtype=float).ravel()
+            e = np.asarray(az.ess(flat), dtype=float).ravel()
+            r, e = r[np.isfinite(r)], e[np.isfinite(e)]
+            if r.size and r.max() > rhat:
+                rhat, worst = float(r.max()), name
+            if e.size:
+                ess = min(ess, float(e.min()))
+    return {
+        "rhat_max": rhat if np.isfinite(rhat) else float("nan"),
+        "ess_bulk_min": ess if np.isfinite(ess) else float("nan"),
+        "rhat_worst_site": worst,
+    }
+
+
+def warn_convergence(summary: dict, config: MCMCConfig) -> None:
+    if summary["rhat_max"] > RHAT_LIMIT:  # False for NaN (a single chain)
+        warnings.warn(
+            f"the chains have not converged: R-hat {summary['rhat_max']:.3f} > {RHAT_LIMIT} "
+            f"in site {summary['rhat_worst_site']!r} (smallest bulk ESS "
+            f"{summary['ess_bulk_min']:.0f} of {config.num_chains * (config.num_samples // config.thinning)} "
+            "draws); run longer chains (num_samples, num_warmup) before trusting the posterior.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+
+
+def thin_draws(draws, max_draws: int):
+    """Pool ``(chain, draw, ...)`` into ``(S, ...)`` with at most ``max_draws`` evenly spaced draws."""
+    draws = np.asarray(draws)
+    pooled = draws.reshape(-1, *draws.shape[2:])
+    if pooled.shape[0] <= max_draws:
+        return pooled
+    idx = np.round(np.linspace(0, pooled.shape[0] - 1, max_draws)).astype(int)
+    return pooled[idx]
+
+
+def linear_predictor(beta_draws, intercept: bool, config: MCMCConfig, gamma: float):
+    """``f* = x*^T beta_s`` for each kept draw ``s`` (no variance given the draw)."""
+    betas = jnp.asarray(thin_draws(beta_draws, config.max_predictive_draws))
+
+    @jax.jit
+    def _latent(Xd):
+        means = betas @ Xd.T
+        return means, jnp.zeros_like(means)
+
+    def latent(Xs):
+        return _latent(jnp.asarray(design_matrix(Xs, intercept)))
+
+    return MixturePredictor(latent, link=config.link, gamma=gamma)
+
+
+def gp_predictor(kernel, setup: GPSetup, f_draws, config: MCMCConfig, gamma: float):
+    r"""``f* | f_s ~ N(k*^T K^{-1} f_s, k** - k*^T K^{-1} k*)`` for each kept draw ``f_s``.
+
+    ``K`` is the sampler's (jitter included); ``K^{-1} f_s`` is solved once at fit time.
+    """
+    chol = jnp.linalg.cholesky(setup.K)
+    F = jnp.asarray(thin_draws(f_draws, config.max_predictive_draws))  # (S, n)
+    A = cho_solve((chol, True), F.T)  # (n, S)
+    X_train, params = setup.X, setup.params
+
+    @jax.jit
+    def latent(Xs):
+        Ks = kernel.K(params, X_train, Xs)  # (n, n*)
+        V = solve_triangular(chol, Ks, lower=True)
+        var = jnp.maximum(kernel.diag(params, Xs) - jnp.sum(V**2, axis=0), 0.0)
+        means = A.T @ Ks
+        return means, jnp.broadcast_to(var, means.shape)
+
+    return MixturePredictor(latent, link=config.link, gamma=gamma)
+
+
+def mcmc_fit(
+    run: MCMCRun,
+    config: MCMCConfig,
+    *,
+    method: str,
+    model: str,
+    problem: Problem,
+    sample_stats: dict,
+    predictor,
+    coords: dict | None = None,
+    dims: dict | None = None,
+    options: dict | None = None,
+    kernel=None,
+    kernel_params=None,
+    jitter=None,
+) -> Fit:
+    """The ``Fit`` of a sampler: posterior draws, sample stats, predictor, timings.
+
+    Warns (:class:`ConvergenceWarning`) when the largest R-hat exceeds :data:`RHAT_LIMIT`;
+    the largest R-hat and smallest bulk ESS are stored in ``idata.attrs``.
+    """
+    diagnostics = convergence_summary(run.samples)
+    warn_convergence(diagnostics, config)
+    coords = dict(coords or {})
+    coords.setdefault("obs", np.arange(problem.n))
+    idata = make_idata(
+        run.samples,
+        coords=coords,
+        dims=dims,
+        sample_stats=sample_stats,
+        observed_y=problem.y,
+        attrs={
+            "method": method,
+            "model": model,
+            "stop_reason": "draws",
+            "num_warmup": config.num_warmup,
+            "num_samples": config.num_samples,
+            "thinning": config.thinning,
+            "chain_method": config.chain_method,
+            "rhat_max": diagnostics["rhat_max"],
+            "ess_bulk_min": diagnostics["ess_bulk_min"],
+        },
+    )
+    return Fit(
+        idata=idata,
+        method=method,
+        model=model,
+        predictor=predictor,
+        timings=dict(run.timings),
+        trace={k: np.asarray(v) for k, v in sample_stats.items()},
+        stop_reason="draws",
+        n_iter=config.num_warmup + config.num_samples,
+        kernel=kernel,
+        kernel_params=kernel_params,
+        jitter=jitter,
+        options=dict(options or {}),
+        state=run.last_state,
+    )
+
+
+def warn_divergences(diverging, target_accept_prob: float, hint: str = "") -> int:
+    """Count divergent transitions and warn (:class:`DivergenceWarning`) when there are any."""
+    diverging = np.asarray(diverging)
+    count = int(diverging.sum())
+    if count:
+        per_chain = diverging.reshape(diverging.shape[0], -1).sum(axis=1).tolist()
+        warnings.warn(
+            f"NUTS had {count} divergent transition(s) after warmup "
+            f"({100.0 * count / diverging.size:.1f}% of {diverging.size} draws; per chain "
+            f"{per_chain}): the draws may be biased. Raise target_accept_prob (now "
+            f"{target_accept_prob:g}){hint}.",
+            DivergenceWarning,
+            stacklevel=2,
+        )
+    return count

@@ -1,0 +1,415 @@
+r"""NUTS (Hoffman & Gelman 2014, NumPyro's implementation) on the Bayesian SVM models.
+
+The target is :mod:`ppl_bsvm.models` with ``augmented=False`` by default: the marginal
+posterior :math:`p(\beta \mid y) \propto N(\beta; 0, \Sigma)\, e^{-2\gamma\sum_i
+\max(0, 1 - y_i x_i^\top\beta)}` (or its GP / sparse GP version, non-centred ``f = L v``).
+The augmented model is available for comparison, but NUTS diverges on it: ``log lam_i`` sits
+between two double-exponential walls when ``y_i f_i`` is near 1 (``specs/stack_notes.md``
+section 1). Divergent transitions are always counted, stored in
+``idata.sample_stats.diverging`` and reported with a :class:`DivergenceWarning`.
+
+Unlike the Gibbs sampler, NUTS can also sample kernel hyperparameters (``hyperpriors``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.linalg import cho_solve, solve_triangular
+from numpyro.infer import NUTS
+
+from ... import models
+from ..._checks import boolean, positive_float, positive_int
+from ...api import register
+from ...data import Problem
+from ...kernels import DEFAULT_JITTER, Kernel, gram
+from ...predictive import DEFAULT_LINK, MixturePredictor
+from ...result import Fit
+from .._common import gp_setup, linear_setup
+from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior, project
+from ._common import (
+    check_config,
+    gp_predictor,
+    linear_predictor,
+    mcmc_fit,
+    run_mcmc,
+    thin_draws,
+    warn_divergences,
+)
+
+__all__ = ["NUTS_FIELDS", "nuts_kernel", "nuts_sample_stats", "default_hyperpriors"]
+
+NUTS_FIELDS = (
+    "diverging",
+    "accept_prob",
+    "num_steps",
+    "energy",
+    "potential_energy",
+    "adapt_state.step_size",
+)
+"""Sampler fields collected after warmup (NumPyro names)."""
+
+
+def nuts_kernel(model, *, target_accept_prob=0.8, max_tree_depth=10, dense_mass=False) -> NUTS:
+    """A NumPyro ``NUTS`` kernel for one of the :mod:`ppl_bsvm.models`, options validated."""
+    target = positive_float("target_accept_prob", target_accept_prob)
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
+    return NUTS(
+        model,
+        target_accept_prob=target,
+        max_tree_depth=positive_int("max_tree_depth", max_tree_depth),
+        dense_mass=boolean("dense_mass", dense_mass),
+    )
+
+
+def nuts_sample_stats(extra: dict, max_tree_depth: int) -> dict:
+    """NumPyro's fields under ArviZ's names (``diverging``, ``acceptance_rate``, ``lp``, ...)."""
+    n_steps = np.asarray(extra["num_steps"])
+    tree_depth = np.floor(np.log2(np.maximum(n_steps, 1))).astype(int) + 1
+    return {
+        "diverging": np.asarray(extra["diverging"]),
+        "acceptance_rate": np.asarray(extra["accept_prob"]),
+        "n_steps": n_steps,
+        "tree_depth": tree_depth,
+        "reached_max_tree_depth": tree_depth >= max_tree_depth,
+        "energy": np.asarray(extra["energy"]),
+        "lp": -np.asarray(extra["potential_energy"]),
+        "step_size": np.asarray(extra["adapt_state.step_size"]),
+    }
+
+
+def default_hyperpriors(kernel: Kernel, params) -> dict:
+    """``LogNormal(log(start), 1)`` on every positive kernel hyperparameter.
+
+    A weakly informative prior centred on the starting value (for the RBF kernel the median
+    heuristic lengthscale and unit variance): one ``e``-fold either way is a 1-sd move.
+    """
+    natural = kernel.constrain(params)
+    out = {}
+    for name in models.hyperparameter_names(kernel, params):
+        start = jnp.asarray(natural[name])
+        out[name] = dist.LogNormal(jnp.log(start), 1.0)
+        if start.ndim:
+            out[name] = out[name].to_event(start.ndim)
+    return out
+
+
+def _resolve_hyperpriors(hyperpriors, kernel, params):
+    if hyperpriors is None:
+        return None
+    if isinstance(hyperpriors, str):
+        if hyperpriors != "default":
+            raise ValueError(
+                f"hyperpriors must be None, 'default' or a dict name -> Distribution, "
+                f"got {hyperpriors!r}"
+            )
+        return default_hyperpriors(kernel, params)
+    if not isinstance(hyperpriors, dict) or not all(
+        isinstance(v, dist.Distribution) for v in hyperpriors.values()
+    ):
+        raise ValueError("hyperpriors must be None, 'default' or a dict name -> numpyro Distribution")
+    valid = models.hyperparameter_names(kernel, params)
+    unknown = sorted(set(hyperpriors) - set(valid))
+    if unknown:
+        raise ValueError(f"hyperpriors for unknown hyperparameter(s) {unknown}; valid: {valid}")
+    return dict(hyperpriors)
+
+
+def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint):
+    kernel = nuts_kernel(model, **nuts_options)
+    try:
+        run = run_mcmc(kernel, key, problem_args, model_kwargs, config, extra_fields=NUTS_FIELDS)
+    except RuntimeError as err:
+        if "Cannot find valid initial parameters" not in str(err):
+            raise
+        raise ValueError(
+            "NUTS found no starting point with a finite log density and gradient: the model "
+            "is numerically degenerate for these data (check the scale of X, prior_scale, "
+            "gamma and the kernel hyperparameters)"
+        ) from err
+    stats = nuts_sample_stats(run.extra, nuts_options["max_tree_depth"])
+    warn_divergences(stats["diverging"], nuts_options["target_accept_prob"], hint)
+    samples = {k: v for k, v in run.samples.items() if not k.endswith("_whitened")}
+    if not store_lam:
+        samples.pop("lam", None)
+    return run._replace(samples=samples), stats
+
+
+def _augmented_hint(augmented):
+    return "; the augmented model diverges by construction, use augmented=False" if augmented else ""
+
+
+def _check_nuts(augmented, store_lam, gamma):
+    boolean("augmented", augmented)
+    boolean("store_lam", store_lam)
+    if store_lam and not augmented:
+        raise ValueError("store_lam=True needs augmented=True (the marginal model has no lam)")
+    return positive_float("gamma", gamma)
+
+
+@register("nuts", ("linear",), uses_kernel=False)
+def nuts_linear(
+    problem: Problem,
+    *,
+    key,
+    prior_scale: float = 1.0,
+    intercept: bool = True,
+    gamma: float = 1.0,
+    augmented: bool = False,
+    num_samples: int = 1000,
+    num_warmup: int = 1000,
+    num_chains: int = 4,
+    chain_method: str = "vectorized",
+    thinning: int = 1,
+    progress_bar: bool = False,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    store_lam: bool = False,
+    max_predictive_draws: int = 1000,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """NUTS on the linear Bayesian SVM (marginal model by default).
+
+    Parameters
+    ----------
+    prior_scale, intercept, gamma
+        As for ``method="gibbs"``.
+    augmented : bool, default=False
+        Sample the augmented model (with ``lam``) instead of the marginal one; it diverges.
+    num_samples, num_warmup : int, default=1000, 1000
+        Kept draws and adaptation steps per chain.
+    num_chains : int, default=4
+    chain_method : {"vectorized", "sequential", "parallel"}, default="vectorized"
+    thinning : int, default=1
+    progress_bar : bool, default=False
+    target_accept_prob : float, default=0.8
+        Step-size adaptation target; raise it when there are divergences.
+    max_tree_depth : int, default=10
+    dense_mass : bool, default=False
+        Adapt a dense mass matrix instead of a diagonal one.
+    store_lam : bool, default=False
+        With ``augmented=True``: keep the draws of ``lam``.
+    max_predictive_draws : int, default=1000
+    link : str, default="probit"
+    """
+    config = check_config(
+        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+        max_predictive_draws, link,
+    )
+    gamma = _check_nuts(augmented, store_lam, gamma)
+    prior_scale = positive_float("prior_scale", prior_scale)
+    setup = linear_setup(problem, intercept)
+    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
+                    "dense_mass": dense_mass}
+    run, stats = _nuts_run(
+        models.linear_bsvm, (setup.Xd, setup.y),
+        {"prior_scale": prior_scale, "augmented": augmented, "gamma": gamma},
+        config, key, nuts_options, store_lam, _augmented_hint(augmented),
+    )
+    return mcmc_fit(
+        run, config, method="nuts", model="linear", problem=problem, sample_stats=stats,
+        coords={"feature": setup.features},
+        predictor=linear_predictor(run.samples["beta"], intercept, config, gamma),
+        options={"gamma": gamma, "prior_scale": prior_scale},
+    )
+
+
+def _hyper_gp_predictor(kernel, X_train, jitter, params_base, draws, config, gamma):
+    """Mixture predictor when each draw ``s`` has its own hyperparameters ``theta_s``."""
+    names = [k for k in draws if k not in ("f", "lam")]
+    F = jnp.asarray(thin_draws(draws["f"], config.max_predictive_draws))
+    thetas = {k: jnp.asarray(thin_draws(draws[k], config.max_predictive_draws)) for k in names}
+
+    @jax.jit
+    def latent(Xs):
+        def one(args):
+            f, theta = args
+            params = models.kernel_params_with(kernel, params_base, theta)
+            chol = jnp.linalg.cholesky(gram(kernel, params, X_train, jitter))
+            Ks = kernel.K(params, X_train, Xs)
+            V = solve_triangular(chol, Ks, lower=True)
+            mean = Ks.T @ cho_solve((chol, True), f)
+            return mean, jnp.maximum(kernel.diag(params, Xs) - jnp.sum(V**2, axis=0), 0.0)
+
+        return jax.lax.map(one, (F, thetas))
+
+    return MixturePredictor(latent, link=config.link, gamma=gamma)
+
+
+def _posterior_kernel_params(kernel, params, samples, names):
+    """Posterior medians of sampled hyperparameters, back in the unconstrained pytree."""
+    medians = {k: np.median(samples[k].reshape(-1, *samples[k].shape[2:]), axis=0) for k in names}
+    return models.kernel_params_with(kernel, params, medians)
+
+
+@register("nuts", ("gp",))
+def nuts_gp(
+    problem: Problem,
+    *,
+    key,
+    kernel: Kernel,
+    gamma: float = 1.0,
+    augmented: bool = False,
+    jitter: float = DEFAULT_JITTER,
+    hyperpriors=None,
+    num_samples: int = 1000,
+    num_warmup: int = 1000,
+    num_chains: int = 4,
+    chain_method: str = "vectorized",
+    thinning: int = 1,
+    progress_bar: bool = False,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    store_lam: bool = False,
+    max_predictive_draws: int = 1000,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """NUTS on the GP Bayesian SVM (non-centred f = L v), optionally sampling hyperparameters.
+
+    Parameters
+    ----------
+    gamma, augmented, jitter
+        As for the linear model and ``method="gibbs"``.
+    hyperpriors : None, "default" or dict, default=None
+        ``None`` keeps the kernel's hyperparameters fixed. A dict ``{"lengthscale":
+        numpyro.distributions.LogNormal(0, 1), ...}`` (names of ``Fit.hyperparameters``) samples
+        them too; ``"default"`` puts ``LogNormal(log(start), 1)`` on every positive one. Their
+        draws are in ``idata.posterior`` under their names, ``Fit.kernel_params`` holds the
+        posterior medians, and predictions use each draw's own kernel.
+    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link
+        As for the linear model.
+    """
+    config = check_config(
+        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+        max_predictive_draws, link,
+    )
+    gamma = _check_nuts(augmented, store_lam, gamma)
+    setup = gp_setup(problem, kernel, jitter)
+    priors = _resolve_hyperpriors(hyperpriors, kernel, setup.params)
+    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
+                    "dense_mass": dense_mass}
+    model_kwargs = {"kernel": kernel, "params": setup.params, "augmented": augmented,
+                    "gamma": gamma, "jitter": setup.jitter, "hyperpriors": priors}
+    run, stats = _nuts_run(
+        models.gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
+        store_lam, _augmented_hint(augmented),
+    )
+    if priors:
+        names = list(priors)
+        predictor = _hyper_gp_predictor(
+            kernel, setup.X, setup.jitter, setup.params,
+            {k: run.samples[k] for k in ("f", *names)}, config, gamma,
+        )
+        kernel_params = _posterior_kernel_params(kernel, setup.params, run.samples, names)
+    else:
+        predictor = gp_predictor(kernel, setup, run.samples["f"], config, gamma)
+        kernel_params = setup.params
+    return mcmc_fit(
+        run, config, method="nuts", model="gp", problem=problem, sample_stats=stats,
+        predictor=predictor, options={"gamma": gamma}, kernel=kernel,
+        kernel_params=kernel_params, jitter=setup.jitter,
+    )
+
+
+def _sparse_predictor(kernel, params, prior, u_draws, config, gamma):
+    """``f* | u_s ~ N(kappa_* u_s, k** - kappa_* K_m*)``: the sparse model's own conditional."""
+    U = jnp.asarray(thin_draws(u_draws, config.max_predictive_draws))  # (S, m)
+
+    @jax.jit
+    def latent(Xs):
+        proj = project(kernel, params, prior, Xs)
+        means = U @ proj.kappa.T
+        return means, jnp.broadcast_to(proj.ktilde, means.shape)
+
+    return MixturePredictor(latent, link=config.link, gamma=gamma)
+
+
+def _inducing_locations(problem, inducing, num_inducing, key):
+    if isinstance(inducing, str):
+        if inducing not in INDUCING_METHODS:
+            raise ValueError(
+                f"inducing must be one of {list(INDUCING_METHODS)} or an array (m, d), "
+                f"got {inducing!r}"
+            )
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        return choose_inducing(problem.X, num_inducing, inducing, seed=seed)
+    Z = np.asarray(inducing, dtype=np.float64)
+    if Z.ndim != 2 or Z.shape[1] != problem.d or not np.all(np.isfinite(Z)):
+        raise ValueError(
+            f"inducing must be finite with shape (m, {problem.d}), got shape {Z.shape}"
+        )
+    return Z
+
+
+@register("nuts", ("sparse_gp",))
+def nuts_sparse_gp(
+    problem: Problem,
+    *,
+    key,
+    kernel: Kernel,
+    num_inducing: int = 64,
+    inducing="kmeans",
+    gamma: float = 1.0,
+    augmented: bool = False,
+    jitter: float = DEFAULT_JITTER,
+    num_samples: int = 1000,
+    num_warmup: int = 1000,
+    num_chains: int = 4,
+    chain_method: str = "vectorized",
+    thinning: int = 1,
+    progress_bar: bool = False,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    store_lam: bool = False,
+    max_predictive_draws: int = 1000,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """NUTS on the sparse GP Bayesian SVM (inducing values u, f integrated out exactly).
+
+    The ground truth for the sparse model itself (``ppl_bsvm.models.sparse_gp_bsvm``), i.e.
+    for S-BSVM at the same inducing points and hyperparameters.
+
+    Parameters
+    ----------
+    num_inducing : int, default=64
+        ``m``, used when ``inducing`` is a method name.
+    inducing : {"kmeans", "random"} or array of shape (m, d), default="kmeans"
+        Inducing locations, or how to choose them from the training inputs (seeded by the fit's
+        seed). Stored in ``Fit.options["inducing_points"]``.
+    gamma, augmented, jitter
+        As for ``model="gp"`` (``jitter`` is added to ``Kmm``).
+    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link
+        As for the linear model.
+    """
+    config = check_config(
+        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
+        max_predictive_draws, link,
+    )
+    gamma = _check_nuts(augmented, store_lam, gamma)
+    k_inducing, key = jax.random.split(key)
+    Z = _inducing_locations(problem, inducing, positive_int("num_inducing", num_inducing), k_inducing)
+    setup = gp_setup(problem, kernel, jitter)
+    Zj = jnp.asarray(Z)
+    prior = inducing_prior(kernel, setup.params, Zj, setup.jitter)
+    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
+                    "dense_mass": dense_mass}
+    model_kwargs = {"kernel": kernel, "inducing": Zj, "params": setup.params,
+                    "augmented": augmented, "gamma": gamma, "jitter": setup.jitter}
+    run, stats = _nuts_run(
+        models.sparse_gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
+        store_lam, _augmented_hint(augmented),
+    )
+    return mcmc_fit(
+        run, config, method="nuts", model="sparse_gp", problem=problem, sample_stats=stats,
+        predictor=_sparse_predictor(kernel, setup.params, prior, run.samples["u"], config, gamma),
+        options={"gamma": gamma, "inducing_points": Z}, kernel=kernel,
+        kernel_params=setup.params, jitter=setup.jitter,
+    )

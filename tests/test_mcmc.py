@@ -1,0 +1,491 @@
+"""The MCMC ground truth against independent checks.
+
+Building blocks against scipy and closed forms (inverse Gaussian, GIG(1/2), the scale step,
+the Gaussian conditionals); whole samplers against grid quadrature of a 2-d posterior and
+against each other on a small GP. Tolerances are 4 Monte-Carlo standard errors from ArviZ
+(fixed seeds); distribution checks use KS / NumPyro goodness-of-fit tests at p > 1e-3.
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from numpyro.distributions.gof import auto_goodness_of_fit
+from numpyro.infer import MCMC
+from scipy import stats
+
+import arviz as az
+import ppl_bsvm
+from ppl_bsvm import kernels, models
+from ppl_bsvm.inference.mcmc import (
+    BSVMGibbs,
+    ConvergenceWarning,
+    DivergenceWarning,
+    InverseGaussian,
+    check_finite,
+    default_hyperpriors,
+    gibbs,
+    sample_beta,
+    sample_f,
+    sample_gig_half,
+    sample_lam,
+    sample_scale,
+)
+from ppl_bsvm.inference.mcmc._common import thin_draws
+
+P_MIN = 1e-3
+N_DRAWS = 20000
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _keys(seed, n):
+    return jax.random.split(jax.random.key(seed), n)
+
+
+# --- inverse Gaussian and GIG(1/2) ----------------------------------------------------------
+
+@pytest.mark.parametrize("mean, shape", [(0.3, 1.0), (1.0, 1.0), (5.0, 2.0), (0.01, 0.5), (1e8, 1.0)])
+def test_inverse_gaussian_matches_scipy(mean, shape):
+    d = InverseGaussian(mean, shape)
+    x = np.asarray(d.sample(jax.random.key(1), (N_DRAWS,)))
+    ref = stats.invgauss(mu=mean / shape, scale=shape)
+    assert np.all(x > 0) and np.all(np.isfinite(x))
+    assert stats.kstest(x, ref.cdf).pvalue > P_MIN
+    probe = np.quantile(x, [0.01, 0.3, 0.5, 0.9, 0.999])
+    np.testing.assert_allclose(d.log_prob(probe), ref.logpdf(probe), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(d.cdf(probe), ref.cdf(probe), rtol=1e-7, atol=1e-12)
+    assert auto_goodness_of_fit(x, np.exp(np.asarray(d.log_prob(x)))) > P_MIN
+    if mean < 100:  # finite, moderate variance mean**3 / shape: sample moments
+        se = np.sqrt(mean**3 / shape / N_DRAWS)
+        assert abs(x.mean() - mean) < 5 * se
+
+
+def test_inverse_gaussian_with_infinite_mean_is_levy():
+    # the margin case 1/|r| = inf: the cancellation-free sampler returns the Levy limit
+    x = np.asarray(InverseGaussian(jnp.inf, 2.0).sample(jax.random.key(2), (N_DRAWS,)))
+    assert stats.kstest(x, stats.levy(scale=2.0).cdf).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("a, b", [(1.0, 0.25), (1.0, 4.0), (2.5, 1e-6), (0.7, 9.0)])
+def test_gig_half_moments_and_law(a, b):
+    lam = np.asarray(sample_gig_half(jax.random.key(3), a, b, (N_DRAWS,)))
+    omega = np.sqrt(a * b)
+    e_lam = np.sqrt(b / a) + 1 / a  # K_{3/2}/K_{1/2} = 1 + 1/omega
+    var_lam = (b / a) * (1 + 3 / omega + 3 / omega**2) - e_lam**2
+    e_inv = np.sqrt(a / b)
+    var_inv = (a / b) / omega
+    assert abs(lam.mean() - e_lam) < 5 * np.sqrt(var_lam / N_DRAWS)
+    assert abs((1 / lam).mean() - e_inv) < 5 * np.sqrt(var_inv / N_DRAWS)
+    ref = stats.geninvgauss(0.5, omega, scale=np.sqrt(b / a))  # numerical cdf: slow, 3000 draws
+    assert stats.kstest(lam[:3000], ref.cdf).pvalue > P_MIN
+
+
+def test_gig_half_at_b_zero_is_the_gamma_limit():
+    lam = np.asarray(sample_gig_half(jax.random.key(4), 0.8, 0.0, (N_DRAWS,)))
+    assert stats.kstest(lam, stats.gamma(0.5, scale=2 / 0.8).cdf).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.5])
+def test_sample_lam_is_the_gig_conditional(gamma):
+    margins = jnp.array([1.0, 0.7, 2.5, -1.0])  # r = 0 (exactly on the margin), 0.3, -1.5, 2
+    draws = np.asarray(jax.vmap(lambda k: sample_lam(k, margins, gamma))(_keys(5, N_DRAWS)))
+    for j, r in enumerate(np.abs(1 - np.asarray(margins))):
+        if r == 0:
+            assert stats.kstest(draws[:, j], stats.gamma(0.5, scale=2 / gamma).cdf).pvalue > P_MIN
+        else:  # 1/lam ~ IG(1/r, gamma)
+            ref = stats.invgauss(mu=1 / (r * gamma), scale=gamma)
+            assert stats.kstest(1 / draws[:, j], ref.cdf).pvalue > P_MIN
+
+
+# --- the scale step -------------------------------------------------------------------------
+
+def _scale_cdf(quad, margins, dim, gamma):
+    """CDF of ``c^(dim-1) exp(-quad c^2/2 - 2 gamma sum max(0, 1 - c m))`` on a fine grid."""
+    c = np.linspace(0.0, 8.0, 400001)[1:]
+    log_h = ((dim - 1) * np.log(c) - 0.5 * quad * c**2
+             - 2 * gamma * np.maximum(0, 1 - c[:, None] * margins[None, :]).sum(1))
+    pdf = np.exp(log_h - log_h.max())
+    assert pdf[-1] < 1e-12 * pdf.max()  # the grid holds the density
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (pdf[1:] + pdf[:-1]) * np.diff(c))])
+    return lambda x: np.interp(x, c, cum / cum[-1])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["typical", "dim_one_mode_at_zero", "few_points"],
+)
+def test_sample_scale_matches_its_density(case):
+    r = np.random.default_rng(11)
+    if case == "typical":
+        margins, quad, dim, gamma = r.normal(1.2, 1.0, 60), 30.0, 21, 1.0
+    elif case == "dim_one_mode_at_zero":
+        margins, quad, dim, gamma = -np.abs(r.normal(0.5, 0.3, 5)), 0.5, 1, 0.7
+    else:
+        margins, quad, dim, gamma = np.array([0.9, 1.4, -0.2]), 2.0, 2, 1.0
+    fn = jax.jit(jax.vmap(lambda k: sample_scale(k, quad, jnp.asarray(margins), dim, gamma)))
+    c, trials = (np.asarray(v) for v in fn(_keys(6, 4000)))
+    assert np.all(c > 0) and trials.max() <= 20 and trials.mean() < 2.0
+    cdf = _scale_cdf(quad, margins, dim, gamma)
+    assert stats.kstest(c, cdf).pvalue > P_MIN
+
+
+# --- the Gaussian conditionals --------------------------------------------------------------
+
+def _check_gaussian(draws, mean, cov):
+    n = draws.shape[0]
+    se_mean = np.sqrt(np.diag(cov) / n)
+    assert np.all(np.abs(draws.mean(0) - mean) < 5 * se_mean)
+    emp = np.cov(draws.T)
+    se_cov = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov**2) / n)
+    assert np.all(np.abs(emp - cov) < 5 * se_cov)
+
+
+def test_sample_beta_is_the_conditional_gaussian():
+    r = np.random.default_rng(12)
+    Z = r.normal(size=(15, 3))
+    lam = r.gamma(1.0, 1.0, 15)
+    s, gamma = 1.7, 0.8
+    W = gamma / lam
+    cov = np.linalg.inv(Z.T @ (W[:, None] * Z) + np.eye(3) / s**2)
+    mean = cov @ Z.T @ (W * (1 + lam))
+    draws = jax.vmap(lambda k: sample_beta(k, jnp.asarray(lam), jnp.asarray(Z), s, gamma))(_keys(7, N_DRAWS))
+    _check_gaussian(np.asarray(draws), mean, cov)
+
+
+def test_sample_f_is_the_conditional_gaussian():
+    r = np.random.default_rng(13)
+    X = r.normal(size=(8, 2))
+    y = np.sign(r.normal(size=8))
+    kern = kernels.RBF(lengthscale=1.2)
+    K = np.asarray(kernels.gram(kern, kern.init_params(), jnp.asarray(X)))
+    lam = r.gamma(1.0, 1.0, 8)
+    gamma = 1.5
+    N = np.diag(lam / gamma)
+    A = K @ np.linalg.inv(K + N)
+    mean, cov = A @ (y * (1 + lam)), K - A @ K
+    Kj, L = jnp.asarray(K), jnp.linalg.cholesky(jnp.asarray(K))
+    draws = jax.vmap(lambda k: sample_f(k, jnp.asarray(lam), Kj, L, jnp.asarray(y), gamma))(_keys(8, N_DRAWS))
+    _check_gaussian(np.asarray(draws), mean, cov)
+
+
+# --- whole samplers: a 2-d linear posterior by grid quadrature -------------------------------
+
+@pytest.fixture(scope="module")
+def plane():
+    r = np.random.default_rng(3)
+    X = r.normal(size=(30, 2))
+    y = np.where(X @ np.array([1.0, -0.7]) + 0.8 * r.normal(size=30) > 0, 1, -1)
+    g = np.linspace(-6, 6, 1601)
+    B0, B1 = np.meshgrid(g, g, indexing="ij")
+    m = y[:, None, None] * (X[:, 0, None, None] * B0 + X[:, 1, None, None] * B1)
+    logp = -0.5 * (B0**2 + B1**2) - 2 * np.maximum(0, 1 - m).sum(0)
+    w = np.exp(logp - logp.max())
+    w /= w.sum()
+    mean = np.array([(w * B0).sum(), (w * B1).sum()])
+    sd = np.sqrt(np.array([(w * (B0 - mean[0]) ** 2).sum(), (w * (B1 - mean[1]) ** 2).sum()]))
+    assert w[[0, -1]].sum() + w[:, [0, -1]].sum() < 1e-15  # the grid holds the posterior
+    return X, y, mean, sd
+
+
+@pytest.fixture(scope="module")
+def plane_fits(plane):
+    X, y = plane[:2]
+    common = dict(model="linear", intercept=False, num_samples=2000, num_warmup=500, num_chains=4)
+    return {
+        "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
+        "gibbs_no_scale": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False, seed=2, **common),
+        "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
+    }
+
+
+@pytest.mark.parametrize("sampler", ["gibbs", "gibbs_no_scale", "nuts"])
+def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler):
+    mean, sd = plane[2:]
+    fit = plane_fits[sampler]
+    s = az.summary(fit.idata, var_names="beta", round_to="none")
+    assert np.all(np.abs(s["mean"].values - mean) < 4 * s["mcse_mean"].values)
+    assert np.all(np.abs(s["sd"].values - sd) < 4 * s["mcse_sd"].values)
+    assert s["r_hat"].max() < 1.01
+    assert fit.stop_reason == "draws" and fit.n_iter == 2500
+    assert fit.posterior["beta"].shape == (4, 2000, 2)
+    assert fit.idata.attrs["rhat_max"] == pytest.approx(s["r_hat"].max(), abs=1e-12)
+
+
+def test_gibbs_fit_face(plane, plane_fits):
+    fit = plane_fits["gibbs"]
+    stats_ = fit.idata.sample_stats
+    assert set(stats_.data_vars) >= {"lp", "scale", "scale_trials", "n_floored"}
+    assert int(stats_["n_floored"].sum()) == 0
+    assert 1.0 <= float(stats_["scale_trials"].mean()) < 2.0
+    assert fit.timings["mcmc"] > 0 and fit.timings["compile"] >= 0
+    assert fit.options["scale_step"] is True and fit.options["num_chains"] == 4
+    # the recorded lp is the marginal log posterior of the stored draw
+    b = fit.posterior["beta"].values[1, 7]
+    X, y = plane[:2]
+    lp = -0.5 * b @ b - 2 * np.maximum(0, 1 - y * (X @ b)).sum()
+    assert float(stats_["lp"].values[1, 7]) == pytest.approx(lp, rel=1e-10)
+
+
+def test_nuts_fit_face(plane_fits):
+    fit = plane_fits["nuts"]
+    ss = fit.idata.sample_stats
+    assert {"diverging", "acceptance_rate", "n_steps", "tree_depth", "energy", "lp", "step_size"} <= set(ss.data_vars)
+    assert ss["diverging"].shape == (4, 2000) and int(ss["diverging"].sum()) == 0
+    assert fit.trace["diverging"].shape == (4, 2000)
+
+
+def test_predictions_of_the_linear_fit(plane, plane_fits):
+    X, y = plane[:2]
+    fit = plane_fits["gibbs"]
+    Xt = np.array([[0.5, 0.1], [-1.0, 2.0], [0.2, -0.3]])
+    p = fit.predict_proba(Xt)
+    assert p.shape == (3,) and np.all((p > 0) & (p < 1))
+    np.testing.assert_array_equal(fit.predict(Xt), np.where(p >= 0.5, 1, -1))
+    betas = thin_draws(fit.posterior["beta"].values, 1000)  # the predictor's 1000 draws
+    mean, var = fit.predict_latent(Xt)
+    np.testing.assert_allclose(mean, (betas @ Xt.T).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var, (betas @ Xt.T).var(0), rtol=1e-10)
+    sign = fit.predict_proba(Xt, link="sign")  # P(f* > 0) over the draws, exactly
+    np.testing.assert_allclose(sign, ((betas @ Xt.T) > 0).mean(0))
+
+
+# --- whole samplers: Gibbs against NUTS on a small GP ----------------------------------------
+
+@pytest.fixture(scope="module")
+def curve():
+    r = np.random.default_rng(21)
+    X = np.sort(r.uniform(-3, 3, 25))[:, None]
+    y = np.where(np.sin(1.5 * X[:, 0]) + 0.4 * r.normal(size=25) > 0, 1, -1)
+    return X, y, kernels.RBF(lengthscale=1.0, variance=1.5)
+
+
+@pytest.fixture(scope="module")
+def curve_fits(curve):
+    X, y, kern = curve
+    common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
+    return {
+        "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
+        "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
+    }
+
+
+def _summary(fit, var):
+    return az.summary(fit.idata, var_names=var, round_to="none")
+
+
+def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits):
+    g, n = _summary(curve_fits["gibbs"], "f"), _summary(curve_fits["nuts"], "f")
+    se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)
+    se_sd = np.hypot(g["mcse_sd"].values, n["mcse_sd"].values)
+    assert np.all(np.abs(g["mean"].values - n["mean"].values) < 4 * se_mean)
+    assert np.all(np.abs(g["sd"].values - n["sd"].values) < 4 * se_sd)
+    assert g["r_hat"].max() < 1.01 and n["r_hat"].max() < 1.01
+
+
+def test_gp_predictions(curve, curve_fits):
+    X, y, _ = curve
+    Xt = np.linspace(-3.5, 3.5, 9)[:, None]
+    pg = curve_fits["gibbs"].predict_proba(Xt)
+    pn = curve_fits["nuts"].predict_proba(Xt)
+    assert np.all(np.abs(pg - pn) < 0.02)
+    fit = curve_fits["gibbs"]
+    # at the training inputs the conditional mean k*^T K^-1 f_s is f_s itself (up to jitter)
+    f = thin_draws(fit.posterior["f"].values, 1000)
+    mean, var = fit.predict_latent(X)
+    np.testing.assert_allclose(mean, f.mean(0), atol=1e-4)
+    np.testing.assert_allclose(var, f.var(0), rtol=1e-3, atol=1e-5)
+    mean_far, var_far = fit.predict_latent(np.array([[50.0]]))  # far away: the prior
+    assert abs(mean_far[0]) < 1e-12 and var_far[0] == pytest.approx(1.5)
+
+
+# --- failure modes --------------------------------------------------------------------------
+
+def test_divergences_are_counted_and_warned(plane):
+    X, y = plane[:2]
+    with pytest.warns(DivergenceWarning, match=r"NUTS had (\d+) divergent") as record, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = ppl_bsvm.fit(X, y, model="linear", method="nuts", augmented=True, intercept=False,
+                           num_samples=300, num_warmup=300, num_chains=1,
+                           target_accept_prob=0.6, seed=0)
+    count = int(fit.idata.sample_stats["diverging"].sum())
+    message = str(next(w.message for w in record if w.category is DivergenceWarning))
+    assert count > 0 and f"NUTS had {count} divergent" in message and "augmented=False" in message
+
+
+def test_a_nan_draw_stops_the_sampler_and_names_the_site(plane, monkeypatch):
+    X, y = plane[:2]
+    real = gibbs.sample_beta
+
+    def broken(key, lam, Z, prior_scale=1.0, gamma=1.0):
+        beta = real(key, lam, Z, prior_scale, gamma)
+        return jnp.where(jax.random.uniform(key) < 0.01, jnp.nan, beta)  # a rare numerical failure
+
+    monkeypatch.setattr(gibbs, "sample_beta", broken)
+    with pytest.raises(FloatingPointError, match=r"non-finite value\(s\) in site 'beta'"):
+        ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=200, num_warmup=10,
+                     num_chains=2, intercept=False)
+
+
+def test_check_finite_names_chain_and_draw():
+    good = np.zeros((2, 5, 3))
+    bad = good.copy()
+    bad[1, 3, 2] = np.inf
+    check_finite({"f": good})
+    with pytest.raises(FloatingPointError, match=r"site 'f' \(first at chain 1, draw 3\)"):
+        check_finite({"beta": good, "f": bad}, sampler="X")
+
+
+def test_nuts_without_a_finite_starting_point_is_a_value_error(plane):
+    X, y = plane[:2]
+    with pytest.raises(ValueError, match="no starting point with a finite log density"):
+        ppl_bsvm.fit(X, y, model="linear", method="nuts", prior_scale=1e-200,
+                     num_samples=10, num_warmup=10, num_chains=1)
+
+
+class _NegativeKernel(kernels.RBF):
+    def K(self, params, X1, X2):
+        return -super().K(params, X1, X2)
+
+
+def test_gibbs_refuses_a_kernel_matrix_that_is_not_positive_definite(plane):
+    X, y = plane[:2]
+    with pytest.raises(ValueError, match="not positive definite"):
+        ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=_NegativeKernel(lengthscale=1.0),
+                     num_samples=10, num_warmup=10)
+
+
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        ("gibbs", {"chain_method": "threads"}, "chain_method"),
+        ("gibbs", {"num_chains": 0}, "num_chains"),
+        ("gibbs", {"thinning": 0}, "thinning"),
+        ("gibbs", {"num_samples": 5, "thinning": 10}, "thinning"),
+        ("gibbs", {"scale_step": 1}, "scale_step"),
+        ("nuts", {"target_accept_prob": 1.5}, "target_accept_prob"),
+        ("nuts", {"store_lam": True}, "augmented=True"),
+        ("nuts", {"max_predictive_draws": 0}, "max_predictive_draws"),
+    ],
+)
+def test_bad_options(plane, method, options, message):
+    X, y = plane[:2]
+    with pytest.raises(ValueError, match=message):
+        ppl_bsvm.fit(X, y, model="linear", method=method, **options)
+
+
+def test_default_hyperpriors():
+    kern = kernels.RBF(lengthscale=(0.5, 2.0), ard=True, variance=3.0)
+    priors = default_hyperpriors(kern, kern.init_params())
+    assert set(priors) == {"lengthscale", "variance"}
+    assert priors["lengthscale"].event_shape == (2,)
+    np.testing.assert_allclose(np.exp(priors["lengthscale"].base_dist.loc), [0.5, 2.0])
+    assert float(priors["variance"].loc) == pytest.approx(np.log(3.0))
+
+
+def test_bad_hyperpriors(curve):
+    X, y, kern = curve
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        ppl_bsvm.fit(X, y, model="gp", method="nuts", kernel=kern,
+                     hyperpriors={"period": dist.LogNormal(0, 1)})
+    with pytest.raises(ValueError, match="hyperpriors must be"):
+        ppl_bsvm.fit(X, y, model="gp", method="nuts", kernel=kern, hyperpriors="flat")
+
+
+# --- the kernel as a plain NumPyro MCMCKernel ------------------------------------------------
+
+def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
+    X, y, kern = curve
+    mcmc = MCMC(BSVMGibbs(models.gp_bsvm), num_warmup=50, num_samples=100, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(0), X, y.astype(float), kernel=kern, extra_fields=("lam", "lp"))
+    assert mcmc.get_samples(group_by_chain=True)["f"].shape == (2, 100, 25)
+    assert mcmc.get_extra_fields(group_by_chain=True)["lam"].shape == (2, 100, 25)
+    idata = az.from_numpyro(mcmc)  # needs the kernel's `model`
+    assert idata.posterior["f"].shape == (2, 100, 25)
+    # one chain at a time, started from given values
+    X2, y2 = plane[:2]
+    seq = MCMC(BSVMGibbs(models.linear_bsvm, scale_step=False), num_warmup=0, num_samples=3,
+               num_chains=2, chain_method="sequential", progress_bar=False)
+    start = jnp.array([[0.5, -0.5], [2.0, 1.0]])
+    seq.run(jax.random.key(1), X2, y2.astype(float), init_params={"beta": start},
+            extra_fields=("lp",))
+    assert seq.get_samples(group_by_chain=True)["beta"].shape == (2, 3, 2)
+    assert np.all(np.isfinite(seq.get_extra_fields()["lp"]))
+
+
+def test_bsvm_gibbs_refuses_other_models():
+    with pytest.raises(ValueError, match="linear_bsvm and .*gp_bsvm"):
+        BSVMGibbs(models.sparse_gp_bsvm)
+    X = np.zeros((3, 1))
+    mcmc = MCMC(BSVMGibbs(models.linear_bsvm), num_warmup=1, num_samples=1, progress_bar=False)
+    with pytest.raises(ValueError, match="labels in"):
+        mcmc.run(jax.random.key(0), X, np.array([0.0, 1.0, 1.0]))
+
+
+def test_short_chains_are_flagged(plane):
+    X, y = plane[:2]
+    with pytest.warns(ConvergenceWarning, match=r"R-hat 1\.\d+ > 1.01 in site 'beta'"):
+        fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=15,
+                           num_warmup=0, num_chains=3, scale_step=False, prior_scale=5.0, seed=3)
+    assert fit.idata.attrs["rhat_max"] > 1.01 and fit.idata.attrs["ess_bulk_min"] < 45
+
+
+def test_store_lam_and_thinning(plane):
+    X, y = plane[:2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 2 x 50 draws: short on purpose
+        fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=200,
+                           num_warmup=50, num_chains=2, thinning=4, store_lam=True)
+    lam = fit.posterior["lam"]
+    assert lam.dims == ("chain", "draw", "obs") and lam.shape == (2, 50, 30)
+    assert float(lam.min()) > 0
+    assert fit.posterior["beta"].shape == (2, 50, 2)
+
+
+# --- NUTS extras: hyperparameters, the sparse model ------------------------------------------
+
+@pytest.mark.slow
+def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
+    X, y, kern = curve
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DivergenceWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 2 x 300 draws
+        fit = ppl_bsvm.fit(X, y, model="gp", method="nuts", kernel=kernels.RBF(), seed=6,
+                           hyperpriors={"lengthscale": dist.LogNormal(0.0, 0.5)},
+                           num_samples=300, num_warmup=300, num_chains=2)
+    ell = fit.posterior["lengthscale"].values.ravel()
+    assert ell.shape == (600,) and np.all(ell > 0)
+    assert float(fit.hyperparameters["lengthscale"]) == pytest.approx(np.median(ell))
+    # predictions: average over draws of N(k*^T K^-1 f_s, ...) with draw s's own lengthscale
+    Xt = np.array([[0.3], [2.0]])
+    f = fit.posterior["f"].values.reshape(600, -1)
+    means = []
+    for ls, fs in zip(ell, f):
+        params = {"log_lengthscale": jnp.log(ls), "log_variance": jnp.array(0.0)}
+        K = np.asarray(kernels.gram(fit.kernel, params, jnp.asarray(X)))
+        Ks = np.asarray(fit.kernel.K(params, jnp.asarray(X), jnp.asarray(Xt)))
+        means.append(Ks.T @ np.linalg.solve(K, fs))
+    np.testing.assert_allclose(fit.predict_latent(Xt)[0], np.mean(means, 0), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_sparse_nuts_with_inducing_points_at_the_data_matches_the_gp(curve, curve_fits):
+    X, y, kern = curve
+    fit = ppl_bsvm.fit(X, y, model="sparse_gp", method="nuts", kernel=kern, inducing=X,
+                       num_samples=2000, num_warmup=500, num_chains=4, seed=7)
+    assert fit.posterior["u"].dims == ("chain", "draw", "inducing")
+    s, g = _summary(fit, "u"), _summary(curve_fits["gibbs"], "f")
+    se = np.hypot(s["mcse_mean"].values, g["mcse_mean"].values)
+    assert np.all(np.abs(s["mean"].values - g["mean"].values) < 4 * se)
+    assert s["r_hat"].max() < 1.01
+    Xt = np.array([[-1.0], [0.4]])
+    assert np.all(np.abs(fit.predict_proba(Xt) - curve_fits["gibbs"].predict_proba(Xt)) < 0.02)

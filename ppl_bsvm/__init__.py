@@ -2,10 +2,20 @@
 
 import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1)
 
-from . import data, datasets, kernels, metrics, predictive
+from . import bootstrap, data, datasets, kernels, metrics, predictive
 from .api import fit, list_methods
 from .result import Fit
 
 __version__ = "0.1.0"
 
-__all__ = ["Fit", "fit", "list_methods", "data", "datasets", "kernels", "metrics", "predictive"]
+__all__ = [
+    "Fit",
+    "fit",
+    "list_methods",
+    "bootstrap",
+    "data",
+    "datasets",
+    "kernels",
+    "metrics",
+    "predictive",
+]

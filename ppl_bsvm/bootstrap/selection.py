@@ -188,7 +188,7 @@ def make_objective(
     noise: float = 0.1,
     bias=False,
     jitter: float = DEFAULT_JITTER,
-    tol: float = 1e-10,
+    tol: float = 1e-9,
     max_iter: int = 5000,
     positive=None,
 ) -> Objective:
@@ -206,9 +206,9 @@ def make_objective(
         ``S/N`` for ``estimator="error"``.
     bias : bool or float, default=False
         As in :func:`~ppl_bsvm.bootstrap.replica_tap`; ``True`` ties ``b0`` to the kernel scale.
-    tol : float, default=1e-10
-        Moment-mismatch tolerance of the fixed point (tight, so finite differences of the value
-        are meaningful).
+    tol : float, default=1e-9
+        Moment-mismatch tolerance of the fixed point (tight, so that finite differences of the
+        value are meaningful).
     max_iter : int, default=5000
 
     Returns

@@ -96,9 +96,11 @@ class BootstrapResult:
     n_iter : ndarray (R,) of int
         Sweeps of the fixed-point iteration.
     mismatch : ndarray (R,)
-        Final moment mismatch (T1 against T3; spec 5.2).
+        Moment mismatch (T1 against T3; spec 5.2) of the returned sites. The iteration stops
+        after the sweep whose mismatch fell below ``tol``; that sweep's damped update can leave
+        it slightly above ``tol`` at the rounding floor.
     converged : ndarray (R,) of bool
-        ``mismatch < tol``.
+        Whether the iteration stopped on ``tol`` (not on ``max_iter`` or a non-finite value).
     trace : tuple of R ndarrays
         Moment mismatch after every sweep.
     sites : dict of ndarray (R, N)
@@ -274,7 +276,7 @@ def replica_tap(
     noise: float = 0.1,
     bias=False,
     jitter: float = DEFAULT_JITTER,
-    tol: float = 1e-9,
+    tol: float = 1e-8,
     max_iter: int = 5000,
     max_damping: float = 1.0,
     positive=None,
@@ -313,9 +315,9 @@ def replica_tap(
         scikit-learn's ``SVC`` (spec 8.1).
     jitter : float, default=1e-6
         Relative jitter of the kernel matrix (as in ``ppl_bsvm.kernels.gram``).
-    tol : float, default=1e-9
+    tol : float, default=1e-8
         Stop when the moment mismatch falls below this (1e-6 already gives the error to six
-        digits).
+        digits; below about 1e-9 rounding can stall the iteration, e.g. with ``bias=True``).
     max_iter : int, default=5000
         Sweep cap per ratio (about 1500 sweeps are needed at ``S/N = 30``).
     max_damping : float, default=1.0
@@ -381,6 +383,7 @@ def replica_tap(
             "field_var": np.asarray(moments.var),
             "n_iter": result.n_iter,
             "mismatch": float(err),
+            "stopped_on_tol": result.stop_reason == "tol" and bool(np.isfinite(err)),
             "trace": result.infos.mismatch,
             "Lambda": np.asarray(result.state.Lambda),
             "gamma": np.asarray(result.state.gamma),
@@ -403,13 +406,13 @@ def replica_tap(
         return np.stack([r[key] for r in rows_kept])
 
     mismatch = np.array([r["mismatch"] for r in rows_kept])
-    converged = np.isfinite(mismatch) & (mismatch < tol)
+    converged = np.array([r["stopped_on_tol"] for r in rows_kept])
     if not converged.all():
         bad = ratios[~converged].tolist()
         warnings.warn(
             f"replica_tap: the fixed point was not reached for S/N in {bad} (moment mismatch "
-            f"{mismatch[~converged].tolist()} >= tol={tol:g}); raise max_iter or check the "
-            "kernel (a hard margin needs a positive definite kernel matrix)",
+            f"{mismatch[~converged].tolist()}, tol={tol:g}); raise max_iter or tol, or check "
+            "the kernel (a hard margin needs a positive definite kernel matrix)",
             ConvergenceWarning,
             stacklevel=3,  # the caller of the x64 wrapper
         )

@@ -141,6 +141,18 @@ def test_closed_form_site_update_equals_subtraction_form(delta, ratio):
     np.testing.assert_allclose(closed[2], lam, rtol=1e-7, atol=1e-10 * scale**2)
 
 
+@jax.jit
+def _moments_and_cavity(K, Lambda, gamma, lam):
+    moments, fac, G, binv = tap.model_moments(K, Lambda, gamma, lam)
+    return moments, tap.cavity(moments, fac, G, binv, lam)
+
+
+@jax.jit
+def _field_without_site(K, Lambda, gamma, lam, k_cross, k_diag):
+    fac = tap.factor(K, Lambda, gamma, lam)
+    return tap.fields_at(fac, K, k_cross, k_diag)
+
+
 def _fixed_point(K, y, ratio, model="hard", C=1.0, noise=0.3, Lambda0=None, tol=1e-10, max_iter=5000):
     config = tap.TAPConfig(model, 0 if model == "hard" else 30, 1.0)
     data = tap.TAPData(K, jnp.asarray(y), jnp.asarray(ratio), jnp.asarray(C), jnp.asarray(noise))
@@ -148,8 +160,7 @@ def _fixed_point(K, y, ratio, model="hard", C=1.0, noise=0.3, Lambda0=None, tol=
         config, tap.init(data, Lambda0), data, tol=tol, max_iter=max_iter
     )
     assert bool(done), f"no convergence in {int(n_iter)} sweeps"
-    moments, fac, G, binv = tap.model_moments(K, state.Lambda, state.gamma, state.lam)
-    cav = tap.cavity(moments, fac, G, binv, state.lam)
+    moments, cav = _moments_and_cavity(K, state.Lambda, state.gamma, state.lam)
     return state, moments, cav
 
 
@@ -164,9 +175,10 @@ def test_eq19_at_a_training_input_without_its_site_is_its_cavity(crabs, model, r
     state, _, cav = _fixed_point(K, y, ratio, model, C)
     for i in (7, int(jnp.argmax(state.Lambda)), int(jnp.argmin(state.Lambda))):
         rest = np.flatnonzero(np.arange(len(y)) != i)
-        Kr = K[np.ix_(rest, rest)]
-        fac = tap.factor(Kr, state.Lambda[rest], state.gamma[rest], state.lam[rest])
-        out = tap.fields_at(fac, Kr, K[rest][:, [i]], K[i, i][None])
+        out = _field_without_site(
+            K[np.ix_(rest, rest)], state.Lambda[rest], state.gamma[rest], state.lam[rest],
+            K[rest][:, [i]], K[i, i][None],
+        )
         np.testing.assert_allclose(out.mean[0], cav.mean[i], rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(out.var[0], cav.var[i], rtol=1e-7)
         np.testing.assert_allclose(out.chi[0], cav.chi[i], rtol=1e-9)
@@ -204,8 +216,7 @@ def test_several_starts_reach_one_fixed_point(crabs, rng):
     for start in starts:
         state, _, _, done = tap.solve(config, start, data, tol=1e-10, max_iter=5000)
         assert bool(done)
-        moments, fac, G, binv = tap.model_moments(K, state.Lambda, state.gamma, state.lam)
-        cav = tap.cavity(moments, fac, G, binv, state.lam)
+        _, cav = _moments_and_cavity(K, state.Lambda, state.gamma, state.lam)
         eps.append(float(jnp.mean(jax.scipy.special.ndtr(-data.y * cav.mean / jnp.sqrt(cav.var)))))
         means.append(np.asarray(cav.mean))
     np.testing.assert_allclose(eps, eps[0], atol=1e-9)
@@ -216,8 +227,8 @@ def test_start_precision_solves_the_uniform_site_equation(crabs):
     X, _ = crabs
     K = _kernel_matrix(X, 3.0)
     target = 0.3
-    lam0 = float(tap.start_precision(K, target))
     omega = np.linalg.eigvalsh(np.asarray(K))
+    lam0 = float(tap.start_precision(jnp.asarray(omega), target))
     assert np.mean(lam0 * omega / (1 + lam0 * omega)) == pytest.approx(target, rel=1e-10)
 
 

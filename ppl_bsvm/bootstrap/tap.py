@@ -452,12 +452,12 @@ def step(config: TAPConfig, state: TAPState, data: TAPData):
     return new_state, TAPInfo(err, eta)
 
 
-def start_precision(K, target):
+def start_precision(omega, target):
     r"""Uniform start ``Lambda_0`` of spec 5.3: the root of
     :math:`\frac1N \sum_k \Lambda_0 \omega_k / (1 + \Lambda_0 \omega_k) = \text{target}`
-    (``omega_k`` the eigenvalues of ``K``), by bisection in ``log Lambda_0`` on
+    for the eigenvalues ``omega`` of ``K``, by bisection in ``log Lambda_0`` on
     ``[1e-12, 1e12]`` (the end point if the root lies outside)."""
-    omega = jnp.maximum(jnp.linalg.eigvalsh(K), 0.0)
+    omega = jnp.maximum(omega, 0.0)
 
     def frac(log_l):
         lo = jnp.exp(log_l)
@@ -474,14 +474,17 @@ def start_precision(K, target):
 
 
 @jax.jit
-def init(data: TAPData, Lambda0=None) -> TAPState:
+def init(data: TAPData, Lambda0=None, omega=None) -> TAPState:
     """Start values of spec 5.3: ``Lambda = Lambda_0``, ``gamma = y Lambda_0``,
     ``lam = -Lambda_0^2`` with ``Lambda_0`` from :func:`start_precision` at
-    ``target = p Phi(-0.5)`` (or the given ``Lambda0``)."""
+    ``target = p Phi(-0.5)`` (or the given ``Lambda0``); ``omega``, the eigenvalues of
+    ``K``, can be passed to save their computation when several ratios share ``K``."""
     n = data.y.shape[0]
     if Lambda0 is None:
+        if omega is None:
+            omega = jnp.linalg.eigvalsh(data.K)
         p = -jnp.expm1(-data.ratio)
-        Lambda0 = start_precision(data.K, p * ndtr(-0.5))
+        Lambda0 = start_precision(omega, p * ndtr(-0.5))
     ones = jnp.ones(n, dtype=data.K.dtype)
     return TAPState(
         Lambda0 * ones,

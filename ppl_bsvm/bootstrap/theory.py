@@ -246,9 +246,9 @@ def _fit_on_all(setup: Setup, variant: Variant):
     return sol, err, no_information_rate(setup.y, sol.field)
 
 
-def _solve_one(setup, variant, config, ratio, *, tol, max_iter):
+def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
     data = _tap_data(setup, variant, ratio)
-    state0 = tap.init(data)
+    state0 = tap.init(data, omega=omega)
     result = run(
         tap._step_for(config), state0, data, max_iter=max_iter, tol=tol,
         converged=tap.converged_fn(),
@@ -367,11 +367,12 @@ def replica_tap(
         variant.kind, n_copies_for(float(all_ratios.max()), variant.kind), max(max_damping, 0.05)
     )
     y_j = jnp.asarray(setup.y)
+    omega = jnp.linalg.eigvalsh(jnp.asarray(setup.K))  # start values of every ratio (5.3)
     rows, seconds = [], []
     for ratio in all_ratios:
         t0 = time.perf_counter()
         result, (moments, cav, err, test) = _solve_one(
-            setup, variant, config, float(ratio), tol=tol, max_iter=max_iter
+            setup, variant, config, float(ratio), omega, tol=tol, max_iter=max_iter
         )
         per_point = oob_loss(variant.kind, y_j, cav.mean, cav.var)
         row = {

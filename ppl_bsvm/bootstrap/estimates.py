@@ -20,11 +20,14 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from .svm import svm_with_bias, svm_without_bias
+
 __all__ = [
     "efron632",
     "efron632_plus",
     "no_information_rate",
     "approximate_loo",
+    "fit_on_all",
 ]
 
 
@@ -93,3 +96,34 @@ def approximate_loo(K, y, alpha):
         inv_diag = np.diag(cho_solve(cho_factor(Ksv, lower=True), np.eye(int(sv.sum()))))
         margin[sv] = 1.0 - alpha[sv] / inv_diag
     return float(np.mean(margin < 0)), margin
+
+
+def fit_on_all(K, y, variant, *, bias: bool = False):
+    """The machine trained on all data, its training error and the no-information rate.
+
+    Parameters
+    ----------
+    K : ndarray (n, n)
+    y : ndarray (n,)
+    variant : Variant
+        ``kind`` in {"hard", "soft", "regression"}, ``C``, ``noise``.
+    bias : bool, default=False
+        SVM with a bias term (scikit-learn ``SVC``, ``C = 1e6`` for the hard margin).
+
+    Returns
+    -------
+    machine : SVMSolution or None
+        None for regression.
+    err_train : float
+        0/1 training error (``y f <= 0`` counts as an error) or mean squared error.
+    no_info : float
+    """
+    if variant.kind == "regression":
+        f = K @ np.linalg.solve(K + variant.noise * np.eye(len(y)), y)
+        return None, float(np.mean((y - f) ** 2)), no_information_rate(y, f, loss="squared")
+    C = variant.C if variant.kind == "soft" else None
+    if bias:
+        sol = svm_with_bias(K, y, C=1e6 if C is None else C)
+    else:
+        sol = svm_without_bias(K, y, C=C)
+    return sol, float(np.mean(y * sol.field <= 0)), no_information_rate(y, sol.field)

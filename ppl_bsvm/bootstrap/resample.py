@@ -34,8 +34,8 @@ from .._checks import one_of, positive_int
 from .._jax import x64
 from ..data import BinaryLabels
 from ..kernels import DEFAULT_JITTER
-from ._setup import Setup, Variant, check_ratios, make_setup, resolve_variant
-from .estimates import efron632, efron632_plus, no_information_rate
+from ._setup import Variant, check_ratios, make_setup, resolve_variant
+from .estimates import efron632, efron632_plus, fit_on_all
 from .svm import SVMSolution, svm_with_bias, svm_without_bias
 
 __all__ = ["MonteCarloResult", "monte_carlo", "draw_counts"]
@@ -273,20 +273,6 @@ def _test_stats(kind, tfields, y_test):
     return out
 
 
-def _machine_on_all(setup: Setup, variant: Variant, bias: bool):
-    if variant.kind == "regression":
-        n = setup.y.shape[0]
-        f = setup.K @ np.linalg.solve(setup.K + variant.noise * np.eye(n), setup.y)
-        err = float(np.mean((setup.y - f) ** 2))
-        return None, err, no_information_rate(setup.y, f, loss="squared")
-    C = variant.C if variant.kind == "soft" else None
-    if bias:
-        sol = svm_with_bias(setup.K, setup.y, C=1e6 if C is None else C)
-    else:
-        sol = svm_without_bias(setup.K, setup.y, C=C)
-    return sol, float(np.mean(setup.y * sol.field <= 0)), no_information_rate(setup.y, sol.field)
-
-
 @x64
 def monte_carlo(
     X,
@@ -352,7 +338,7 @@ def monte_carlo(
         X, y, kernel, model=model, params=params, X_test=X_test, y_test=y_test,
         jitter=jitter, bias=False, positive=positive,
     )
-    machine, err_train, no_info = _machine_on_all(setup, variant, bool(bias))
+    machine, err_train, no_info = fit_on_all(setup.K, setup.y, variant, bias=bool(bias))
     warm = (None, None)
     if machine is not None and not bias:
         on_bound = machine.support & (machine.alpha >= (variant.C if variant.kind == "soft" else np.inf))

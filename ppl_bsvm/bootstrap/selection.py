@@ -6,8 +6,9 @@ smooth function of the kernel hyperparameters, unlike the leave-one-out error, w
 :func:`make_objective` exposes it, or Efron's .632 / .632+ estimate built from
 :math:`\varepsilon(N)`, as a pure JAX function of the unconstrained (log) hyperparameters.
 Its gradient comes from implicit differentiation of the fixed point
-(:func:`ppl_bsvm.bootstrap.tap.fixed_point`): one GMRES solve with vector-Jacobian products of
-one sweep, instead of differentiating through hundreds of sweeps.
+(:func:`ppl_bsvm.bootstrap.tap.fixed_point`): one adjoint linear system, solved with
+vector-Jacobian products of a single sweep, instead of differentiating through hundreds of
+sweeps.
 :func:`select_hyperparameters` minimises it with L-BFGS-B.
 """
 
@@ -258,6 +259,12 @@ def make_objective(
     )
 
 
+class _Failed(Exception):
+    def __init__(self, x, converged):
+        super().__init__()
+        self.x, self.converged = x, converged
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SelectionResult:
     """Outcome of :func:`select_hyperparameters`.
@@ -271,12 +278,15 @@ class SelectionResult:
     value, initial_value : float
         The objective at the chosen and at the starting hyperparameters.
     trace : dict of ndarray
-        Per objective evaluation: ``"value"``, ``"grad_norm"`` and ``"params"`` (the flattened
-        log-parameters, ``(n_evaluations, p)``).
+        Per objective evaluation: ``"value"``, ``"grad_norm"``, ``"params"`` (the flattened
+        log-parameters, ``(n_evaluations, p)``) and ``"ok"`` (fixed point reached and a
+        finite gradient).
     n_iter, n_evaluations : int
-        L-BFGS-B iterations and objective evaluations.
+        L-BFGS-B iterations (-1 if the search was stopped) and objective evaluations.
     success : bool
     message : str
+        L-BFGS-B's message, or why the search was stopped (a fixed point not reached within
+        ``max_iter`` or a failed implicit gradient; the best point so far is returned).
     estimator : str
     kernel : Kernel
     seconds : float
@@ -351,7 +361,7 @@ def select_hyperparameters(
         width = positive_float("max_log_change", max_log_change)
         bounds = [(v - width, v + width) for v in flat0]
     warm = {"theta": None}
-    trace = {"value": [], "grad_norm": [], "params": []}
+    trace = {"value": [], "grad_norm": [], "params": [], "ok": []}
 
     def fun(x):
         value, grad, (theta, _, done) = obj.value_and_grad(unravel(jnp.asarray(x)), warm["theta"])
@@ -361,14 +371,22 @@ def select_hyperparameters(
         trace["value"].append(value)
         trace["grad_norm"].append(float(np.linalg.norm(g)))
         trace["params"].append(np.array(x, dtype=np.float64))
-        if not np.all(np.isfinite(g)):  # adjoint solve failed: let L-BFGS-B back off
-            return value, np.zeros_like(g)
+        ok = bool(done) and np.isfinite(value) and np.all(np.isfinite(g))
+        trace["ok"].append(ok)
+        if not ok:
+            raise _Failed(x, bool(done))
         return value, g
 
-    res = minimize(fun, flat0, jac=True, method="L-BFGS-B", bounds=bounds,
-                   options={"maxiter": maxiter, "gtol": gtol})
-    values = np.asarray(trace["value"])
-    best = int(np.argmin(values))
+    try:
+        res = minimize(fun, flat0, jac=True, method="L-BFGS-B", bounds=bounds,
+                       options={"maxiter": maxiter, "gtol": gtol})
+        n_iter, n_evals, success, message = int(res.nit), int(res.nfev), bool(res.success), str(res.message)
+    except _Failed as err:  # keep the best point reached so far
+        n_iter, n_evals, success = -1, len(trace["value"]), False
+        what = "fixed point not reached" if not err.converged else "implicit gradient failed"
+        message = f"stopped: {what} at log-parameters {np.round(err.x, 4).tolist()}"
+    values = np.asarray(trace["value"], dtype=np.float64)
+    best = int(np.argmin(np.where(trace["ok"], values, np.inf)))
     params = unravel(jnp.asarray(trace["params"][best]))
     return SelectionResult(
         params=params,
@@ -376,11 +394,11 @@ def select_hyperparameters(
         value=float(values[best]),
         initial_value=float(values[0]),
         trace={"value": values, "grad_norm": np.asarray(trace["grad_norm"]),
-               "params": np.stack(trace["params"])},
-        n_iter=int(res.nit),
-        n_evaluations=int(res.nfev),
-        success=bool(res.success),
-        message=str(res.message),
+               "params": np.stack(trace["params"]), "ok": np.asarray(trace["ok"])},
+        n_iter=n_iter,
+        n_evaluations=n_evals,
+        success=success,
+        message=message,
         estimator=estimator,
         kernel=obj.kernel,
         seconds=time.perf_counter() - start,

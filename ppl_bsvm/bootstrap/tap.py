@@ -4,7 +4,7 @@ Bootstrap averages of a kernel machine trained on resampled data ``D`` (Poisson 
 numbers ``s_i ~ Poisson(S/N)``) become, after the replica trick and the ``beta -> inf`` limit,
 moments of an effective model with one Gaussian *site* per training point (``specs/replica_tap.md``
 sections 4-5). Each site ``i`` has three numbers: ``Lambda(i) >= 0``, ``gamma(i)`` and
-``lam(i) <= 0`` (the paper's Eq. 15); a replicated Gaussian with these parameters has
+``lam(i)`` (the paper's Eq. 15; ``lam <= 0`` for the hard margin); a replicated Gaussian with these parameters has
 thermal variance ``chi = 1/Lambda``, bootstrap mean ``m = gamma/Lambda`` and bootstrap variance
 ``V = -lam/Lambda^2``. One sweep of the parallel iteration (spec section 5.2) is
 
@@ -39,8 +39,8 @@ Three models share T1, T2 and the loop; only T3/T4 differ (``TAPConfig.model``):
 
 The fixed point is differentiable in ``K`` (and hence in kernel hyperparameters) by implicit
 differentiation (:func:`fixed_point`): the adjoint system ``(I - J^T) u = g`` of the undamped
-map's Jacobian ``J`` is solved by GMRES with vector-Jacobian products, so no ``3N x 3N`` matrix
-is ever formed.
+sweep's Jacobian ``J`` is solved by a damped iteration on vector-Jacobian products, so no
+``3N x 3N`` matrix is ever formed.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ __all__ = [
     "tilted_and_sites",
     "sweep",
     "step",
+    "step_for",
+    "converged",
+    "solve",
     "init",
     "start_precision",
     "mismatch",
@@ -154,8 +157,8 @@ class TAPState(NamedTuple):
     gamma : (n,)
         Site shifts ``gamma(i)``; the site mean is ``gamma / Lambda``.
     lam : (n,)
-        Site replica couplings ``lambda(i) <= 0``; the site's bootstrap variance is
-        ``-lam / Lambda^2``.
+        Site replica couplings ``lambda(i)`` (``<= 0`` for the hard margin, spec 5.1); the
+        site's bootstrap variance is ``-lam / Lambda^2``.
     eta : ()
         Damping of the next update (adaptive, see :func:`step`; starts at 0.5).
     mismatch : ()
@@ -221,12 +224,6 @@ class Cavity(NamedTuple):
     mean: jnp.ndarray
     var: jnp.ndarray
     Lambda: jnp.ndarray
-
-
-def _safe_div(num, den):
-    """``num / den`` with 0 where ``den == 0`` (finite gradients on both branches)."""
-    nz = den != 0
-    return jnp.where(nz, num / jnp.where(nz, den, 1.0), 0.0)
 
 
 def _phi(x):
@@ -495,20 +492,16 @@ def init(data: TAPData, Lambda0=None, omega=None) -> TAPState:
     )
 
 
-def _converged(info: TAPInfo, tol):
-    # a non-finite mismatch stops the loop too; the caller reports it as not converged
+def converged(info: TAPInfo, tol):
+    """Stopping rule for the loop driver: mismatch below ``tol``, or non-finite (which the
+    caller reports as not converged)."""
     return jnp.logical_or(info.mismatch < tol, ~jnp.isfinite(info.mismatch))
 
 
 @functools.lru_cache(maxsize=None)
-def _step_for(config: TAPConfig):
-    """One ``step`` object per config, so the compiled loop of ``run`` is reused."""
+def step_for(config: TAPConfig):
+    """``step`` bound to ``config``: one object per config, so the compiled loop is reused."""
     return functools.partial(step, config)
-
-
-def converged_fn():
-    """The stopping rule handed to the loop driver: mismatch below ``tol`` (or non-finite)."""
-    return _converged
 
 
 def solve(config: TAPConfig, state: TAPState, data: TAPData, *, tol: float, max_iter: int):
@@ -516,9 +509,7 @@ def solve(config: TAPConfig, state: TAPState, data: TAPData, *, tol: float, max_
 
     Returns ``(state, infos, n_iter, stopped_on_tol)`` as JAX values (see ``loop.iterate``).
     """
-    return iterate(
-        _step_for(config), state, data, max_iter=max_iter, tol=tol, converged=_converged
-    )
+    return iterate(step_for(config), state, data, max_iter=max_iter, tol=tol, converged=converged)
 
 
 def fields_at(fac: Factor, K, K_cross, k_diag):
@@ -610,10 +601,11 @@ def _fixed_point_fwd(options, theta0, data):
 def _fixed_point_bwd(options, residuals, cotangents):
     """Adjoint of the fixed point: ``u = g + J^T u``, then ``data_bar = (dF/ddata)^T u``.
 
-    The adjoint equation is iterated with the damping ``eta`` that the forward iteration
-    ended with: its iteration matrix ``(1 - eta) I + eta J^T`` has the spectrum of the forward
-    one, so it converges at the same rate. One linearisation of the sweep serves the loop
-    and the final pull-back (the sweep's VJP is what dominates compilation).
+    The adjoint equation is iterated from the damping ``eta`` that the forward iteration
+    ended with (its iteration matrix ``(1 - eta) I + eta J^T`` has the spectrum of the
+    forward one, so it converges at the same rate), halved whenever the change grows by more
+    than 50 %. One linearisation of the sweep serves the loop and the final pull-back (the
+    sweep's VJP is what dominates compilation).
     """
     theta, eta, data = residuals
     n = data.y.shape[0]
@@ -628,30 +620,33 @@ def _fixed_point_bwd(options, residuals, cotangents):
         return jnp.where(keep, vjp(jnp.where(keep, u, 0.0))[0], 0.0)
 
     def cond(carry):
-        i, _, change, _, stalled = carry
+        i, _, change, _, stalled, _ = carry
         return (i < options.max_iter) & (change > options.adjoint_tol) & (stalled < _STALL)
 
     def body(carry):
-        i, u, _, best, stalled = carry
+        i, u, prev, best, stalled, eta = carry
         u_new = (1.0 - eta) * u + eta * (g + apply(u))
         change = jnp.max(jnp.abs(u_new - u)) / (jnp.max(jnp.abs(u_new)) + 1e-300)
         improved = change < 0.5 * best
+        # as in the forward loop: halve the damping when the iteration starts to diverge
+        eta = jnp.where(change > 1.5 * prev, jnp.maximum(0.5 * eta, 0.01), eta)
         return (
             i + 1,
             u_new,
             change,
             jnp.where(improved, change, best),
             jnp.where(improved, 0, stalled + 1),
+            eta,
         )
 
     inf = jnp.asarray(jnp.inf, g.dtype)
-    _, u, change, best, _ = jax.lax.while_loop(
-        cond, body, (jnp.asarray(0), g, inf, inf, jnp.asarray(0))
+    _, u, change, _, _, _ = jax.lax.while_loop(
+        cond, body, (jnp.asarray(0), g, inf, inf, jnp.asarray(0), eta)
     )
     # The iteration stops at adjoint_tol or when rounding stalls it (the sweep's derivatives
-    # carry ~1e-8 relative noise from nearly switched-off sites). One that did not get below
-    # _ACCEPT gives NaN gradients, never silently wrong ones.
-    u = jnp.where(jnp.minimum(change, best) <= _ACCEPT, u, jnp.nan)
+    # carry ~1e-8 relative noise from nearly switched-off sites). One whose last change is
+    # above _ACCEPT gives NaN gradients, never silently wrong ones.
+    u = jnp.where(change <= _ACCEPT, u, jnp.nan)
     return jnp.zeros_like(theta), vjp(jnp.where(keep, u, 0.0))[1]
 
 

@@ -39,8 +39,8 @@ from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER
 from . import tap
 from ._setup import Setup, Variant, check_ratios, make_setup, resolve_variant
-from .estimates import approximate_loo, efron632, efron632_plus, no_information_rate
-from .svm import SVMSolution, svm_without_bias
+from .estimates import approximate_loo, efron632, efron632_plus, fit_on_all
+from .svm import SVMSolution
 
 __all__ = ["BootstrapResult", "ConvergenceWarning", "replica_tap", "bsvm_bootstrap"]
 
@@ -232,26 +232,11 @@ def oob_loss(kind: str, y, mean, var):
     return ndtr(-y * mean / jnp.sqrt(var))
 
 
-def _fit_on_all(setup: Setup, variant: Variant):
-    """The machine trained on all data: its training error and no-information rate."""
-    if variant.kind == "regression":
-        n = setup.y.shape[0]
-        A = setup.K + variant.noise * np.eye(n)
-        f = setup.K @ np.linalg.solve(A, setup.y)
-        err = float(np.mean((setup.y - f) ** 2))
-        return None, err, no_information_rate(setup.y, f, loss="squared")
-    C = variant.C if variant.kind == "soft" else None
-    sol = svm_without_bias(setup.K, setup.y, C=C)
-    err = float(np.mean(setup.y * sol.field <= 0))
-    return sol, err, no_information_rate(setup.y, sol.field)
-
-
 def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
     data = _tap_data(setup, variant, ratio)
     state0 = tap.init(data, omega=omega)
     result = run(
-        tap._step_for(config), state0, data, max_iter=max_iter, tol=tol,
-        converged=tap.converged_fn(),
+        tap.step_for(config), state0, data, max_iter=max_iter, tol=tol, converged=tap.converged
     )
     K_test = None if setup.K_test is None else jnp.asarray(setup.K_test)
     k_diag = None if setup.k_test_diag is None else jnp.asarray(setup.k_test_diag)
@@ -417,7 +402,7 @@ def replica_tap(
             ConvergenceWarning,
             stacklevel=3,  # the caller of the x64 wrapper
         )
-    machine, err_train, no_info = _fit_on_all(setup, variant)
+    machine, err_train, no_info = fit_on_all(setup.K, setup.y, variant)
     loo, loo_margin = np.nan, None
     if variant.kind == "hard":
         loo, loo_margin = approximate_loo(setup.K, setup.y, machine.alpha)

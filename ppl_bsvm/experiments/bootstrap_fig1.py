@@ -306,8 +306,9 @@ def write_report(out, curves, field, speed, meta):
         "",
         "## Speed: theory against a Monte-Carlo bootstrap of equal standard error (S = N)",
         "",
-        "Theory: one `replica_tap` solve after compilation (the fixed point and all outputs). "
-        f"Monte Carlo: wall time per resample with `n_jobs={meta['n_jobs']}`. `B(1 %)` "
+        "Theory: one `replica_tap` solve after compilation (the fixed point and all outputs), "
+        f"one process (OPENBLAS_NUM_THREADS={meta['blas_threads']}). Monte Carlo: wall time "
+        f"per resample with `n_jobs={meta['n_jobs']}` worker processes. `B(1 %)` "
         "resamples give a standard error of 1 % of eps; `B(=dev)` give a standard error equal "
         "to the theory's deviation from the Monte Carlo (with fewer, the Monte Carlo is the "
         "less accurate of the two).",
@@ -411,6 +412,7 @@ def main(argv=None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f} at the end",
         "note": args.note,
         "n_jobs": args.n_jobs,
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "findings": findings(curves, field, speed),
         "seconds": time.perf_counter() - start,
     }

@@ -15,6 +15,7 @@ sweeps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -34,6 +35,35 @@ from .theory import n_copies_for, oob_loss
 __all__ = ["Objective", "SelectionResult", "make_objective", "select_hyperparameters"]
 
 ESTIMATORS = ("error", "632", "632+")
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _estimate(config: tap.TAPConfig, estimator: str, K, y, theta, noise):
+    """eps(S) (Eq. 17) at the fixed point ``theta``, or Efron's .632 / .632+ built from it.
+
+    Compiled once per model, estimator and size (shared by all objectives)."""
+    n = y.shape[0]
+    moments, fac, G, binv = tap.model_moments(K, theta[:n], theta[n : 2 * n], theta[2 * n :])
+    cav = tap.cavity(moments, fac, G, binv, theta[2 * n :])
+    eps = jnp.mean(oob_loss(config.model, y, cav.mean, cav.var))
+    if estimator == "error":
+        return eps
+    if config.model == "regression":
+        f = K @ jnp.linalg.solve(K + noise * jnp.eye(n, dtype=K.dtype), y)
+        err = jnp.mean((y - f) ** 2)
+        no_info = jnp.mean(y**2) - 2 * jnp.mean(y) * jnp.mean(f) + jnp.mean(f**2)
+    else:  # hard margin: the SVM on all data separates them and predicts the labels
+        err = jnp.asarray(0.0, K.dtype)
+        p1 = jnp.mean(y > 0)
+        no_info = 2.0 * p1 * (1.0 - p1)
+    e632 = 0.368 * err + 0.632 * eps
+    if estimator == "632":
+        return e632
+    eps_c = jnp.minimum(eps, no_info)
+    active = (eps > err) & (no_info > err)
+    R = jnp.where(active, (eps_c - err) / jnp.where(active, no_info - err, 1.0), 0.0)
+    R = jnp.clip(R, 0.0, 1.0)
+    return e632 + (eps_c - err) * (0.368 * 0.632 * R) / (1.0 - 0.368 * R)
 
 
 def _require_x64():
@@ -60,6 +90,17 @@ class Objective:
     estimator : {"error", "632", "632+"}
     sample_ratio : float
         ``S/N`` of ``"error"`` (the .632 estimates use ``S = N``).
+    X, y : jax arrays (N, d), (N,)
+        Validated float64 inputs and targets ({-1, +1} labels for the SVM).
+    config : TAPConfig
+        Model (``"hard"``, ``"soft"``, ``"regression"``) and Poisson truncation.
+    C, noise : float
+        Soft-margin penalty and regression noise variance (1.0 when unused).
+    bias : bool or float
+        ``True``: ``b0 = 100 mean(diag K)`` (moves with the hyperparameters); a float: that
+        ``b0``; ``False``: no bias.
+    jitter, tol, max_iter
+        Relative jitter of ``K`` and the fixed point's stopping rule.
     """
 
     kernel: Kernel
@@ -98,31 +139,8 @@ class Objective:
         theta, n_iter, done = tap.fixed_point(
             self.config, data, theta0, tol=self.tol, max_iter=self.max_iter
         )
-        n = self.y.shape[0]
-        moments, fac, G, binv = tap.model_moments(K, theta[:n], theta[n : 2 * n], theta[2 * n :])
-        cav = tap.cavity(moments, fac, G, binv, theta[2 * n :])
-        eps = jnp.mean(oob_loss(self.config.model, self.y, cav.mean, cav.var))
-        value = eps if self.estimator == "error" else self._efron(K, eps)
+        value = _estimate(self.config, self.estimator, K, self.y, theta, self.noise)
         return value, (theta, n_iter, done)
-
-    def _efron(self, K, eps):
-        if self.config.model == "regression":
-            n = self.y.shape[0]
-            f = K @ jnp.linalg.solve(K + self.noise * jnp.eye(n, dtype=K.dtype), self.y)
-            err = jnp.mean((self.y - f) ** 2)
-            no_info = jnp.mean(self.y**2) - 2 * jnp.mean(self.y) * jnp.mean(f) + jnp.mean(f**2)
-        else:  # hard margin: the SVM on all data separates them and predicts the labels
-            err = jnp.asarray(0.0, K.dtype)
-            p1 = jnp.mean(self.y > 0)
-            no_info = 2.0 * p1 * (1.0 - p1)
-        e632 = 0.368 * err + 0.632 * eps
-        if self.estimator == "632":
-            return e632
-        eps_c = jnp.minimum(eps, no_info)
-        active = (eps > err) & (no_info > err)
-        R = jnp.where(active, (eps_c - err) / jnp.where(active, no_info - err, 1.0), 0.0)
-        R = jnp.clip(R, 0.0, 1.0)
-        return e632 + (eps_c - err) * (0.368 * 0.632 * R) / (1.0 - 0.368 * R)
 
     def __call__(self, params, theta0=None):
         """The estimate at ``params`` (scalar; differentiable)."""
@@ -137,24 +155,18 @@ class Objective:
             jnp.asarray(self.noise, jnp.float64),
         )
 
-    def _cached_jit(self, name, make):
-        fn = self.__dict__.get(name)
-        if fn is None:
-            fn = jax.jit(make())
-            object.__setattr__(self, name, fn)
-        return fn
-
     def start_sites(self, params):
         """The start values of spec 5.3 at ``params``, concatenated ``(3N,)``."""
-        def start(p):
-            s0 = tap.init(self._data(p))
-            return jnp.concatenate([s0.Lambda, s0.gamma, s0.lam])
-
-        return self._cached_jit("_start", lambda: start)(params)
+        s0 = tap.init(self._data(params))
+        return jnp.concatenate([s0.Lambda, s0.gamma, s0.lam])
 
     @x64
     def value_and_grad(self, params, theta0=None):
-        """Value and gradient with respect to ``params``, compiled, in a float64 scope.
+        """Value and gradient with respect to ``params``, in a float64 scope.
+
+        Not compiled as a whole: the fixed-point loop and its adjoint are compiled functions
+        shared by every objective with the same number of points and model, so a new
+        objective (other data of the same size, other starting values) costs no compilation.
 
         Returns
         -------
@@ -167,9 +179,7 @@ class Objective:
         params = jax.tree.map(lambda p: jnp.asarray(p, jnp.float64), params)
         if theta0 is None:
             theta0 = self.start_sites(params)
-        fn = self._cached_jit(
-            "_value_and_grad", lambda: jax.value_and_grad(self.evaluate, has_aux=True)
-        )
+        fn = jax.value_and_grad(self.evaluate, has_aux=True)
         (value, aux), grad = fn(params, jnp.asarray(theta0, jnp.float64))
         return float(value), jax.tree.map(np.asarray, grad), aux
 

@@ -598,7 +598,8 @@ def _fixed_point_fwd(options, theta0, data):
     return out, (out[0], eta, data)
 
 
-def _fixed_point_bwd(options, residuals, cotangents):
+@functools.partial(jax.jit, static_argnums=0)
+def _adjoint(options: _SolveOptions, theta, eta, data: TAPData, cotangent):
     """Adjoint of the fixed point: ``u = g + J^T u``, then ``data_bar = (dF/ddata)^T u``.
 
     The adjoint equation is iterated from the damping ``eta`` that the forward iteration
@@ -607,13 +608,12 @@ def _fixed_point_bwd(options, residuals, cotangents):
     than 50 %. One linearisation of the sweep serves the loop and the final pull-back (the
     sweep's VJP is what dominates compilation).
     """
-    theta, eta, data = residuals
     n = data.y.shape[0]
     # The precision of a nearly switched-off site (Lambda_j K_jj tiny) barely responds to
     # anything, and derivatives with respect to it go through sqrt(Lambda_j), which amplifies
     # rounding by 1/sqrt(Lambda_j): its row and column of J are dropped.
     keep = jnp.concatenate([theta[:n] * jnp.diag(data.K) >= _OFF, jnp.ones(2 * n, dtype=bool)])
-    g = jnp.where(keep, cotangents[0], 0.0)
+    g = jnp.where(keep, cotangent, 0.0)
     _, vjp = jax.vjp(lambda t, d: _flat_sweep(options.config, t, d), theta, data)
 
     def apply(u):
@@ -647,7 +647,13 @@ def _fixed_point_bwd(options, residuals, cotangents):
     # carry ~1e-8 relative noise from nearly switched-off sites). One whose last change is
     # above _ACCEPT gives NaN gradients, never silently wrong ones.
     u = jnp.where(change <= _ACCEPT, u, jnp.nan)
-    return jnp.zeros_like(theta), vjp(jnp.where(keep, u, 0.0))[1]
+    return vjp(jnp.where(keep, u, 0.0))[1]
+
+
+def _fixed_point_bwd(options, residuals, cotangents):
+    # a module-level compiled function: reused by every objective with the same shapes
+    theta, eta, data = residuals
+    return jnp.zeros_like(theta), _adjoint(options, theta, eta, data, cotangents[0])
 
 
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)

@@ -10,6 +10,7 @@ Run ``python -m ppl_bsvm.experiments.bootstrap_fig1`` (``--quick`` for a smoke r
 - ``fig1_sonar_field.png``: the bootstrap distribution of the SVM output at held-out Sonar
   inputs (trained on N(D0) = 188), Monte-Carlo histograms against the theory's Gaussian, and
   p(-1|x) of theory against Monte Carlo at all 20 held-out inputs;
+- a table of the soft-margin variant (the Bayesian SVM's MAP is the SVM at C = 2 gamma);
 - ``README.md`` (tables), ``curves.csv``, ``results.json``.
 
 Settings (the paper's ARD widths are illegible in our copy): standardised inputs, isotropic
@@ -150,6 +151,32 @@ def sonar_field(n_resamples, seed, n_jobs, split_seed=0):
     }
 
 
+SOFT_CASES = [("crabs", 0.5), ("crabs", 2.0), ("crabs", 10.0), ("sonar", 2.0)]
+
+
+def soft_margin_rows(n_resamples, seed, n_jobs):
+    """The soft-margin variant (spec 8.2) at S = N; C = 2 is the Bayesian SVM's MAP."""
+    rows = []
+    for name, C in SOFT_CASES:
+        X, y = datasets.load(name, standardize=True)
+        k = kernels.RBF(lengthscale=DATASETS[name][1])
+        th = bootstrap.replica_tap(X, y, k, 1.0, margin="soft", C=C)
+        mc = bootstrap.monte_carlo(X, y, k, 1.0, margin="soft", C=C, n_resamples=n_resamples,
+                                   seed=seed, n_jobs=n_jobs)
+        rows.append({
+            "name": name,
+            "C": C,
+            "theory": float(th.error[0]),
+            "converged": bool(th.converged[0]),
+            "mc": float(mc.error[0]),
+            "mc_se": float(mc.error_se[0]),
+            "bounded_svs": int(np.sum(mc.machine.alpha >= C)),
+            "svs": int(mc.machine.support.sum()),
+            "n_resamples": n_resamples,
+        })
+    return rows
+
+
 def speed_rows(curves):
     """Theory against a Monte Carlo of equal accuracy, at S = N.
 
@@ -256,7 +283,7 @@ def _fmt(x, nd=4):
     return f"{x:.{nd}f}"
 
 
-def write_report(out, curves, field, speed, meta):
+def write_report(out, curves, field, speed, soft, meta):
     lines = [
         "# Bootstrap without resampling: Malzahn & Opper (2003) Fig. 1",
         "",
@@ -340,6 +367,23 @@ def write_report(out, curves, field, speed, meta):
         "",
         "![Sonar field](fig1_sonar_field.png)",
         "",
+        "## Soft margin: the bootstrap of the Bayesian SVM's MAP (C = 2 gamma)",
+        "",
+        "Spec 8.2 (not in the paper): penalty `C s_i` for `s_i` copies; the Bayesian SVM's MAP "
+        "(`ppl_bsvm.fit(..., method='ecm')`) is this machine at `C = 2 gamma`, so "
+        "`bootstrap.bsvm_bootstrap` is the row with C = 2. S = N, Poisson resampling.",
+        "",
+        "| data | C | SVs (at the bound C) | theory | Monte Carlo ± se | rel. diff. |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in soft:
+        lines.append(
+            f"| {DATASETS[r['name']][0]} | {r['C']:g} | {r['svs']} ({r['bounded_svs']}) | "
+            f"{_fmt(r['theory'])}{'' if r['converged'] else ' (not converged)'} | "
+            f"{_fmt(r['mc'])} ± {_fmt(r['mc_se'])} | {100 * (r['theory'] - r['mc']) / r['mc']:+.1f} % |"
+        )
+    lines += [
+        "",
         "## Reading the results",
         "",
     ]
@@ -347,7 +391,7 @@ def write_report(out, curves, field, speed, meta):
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
-def findings(curves, field, speed):
+def findings(curves, field, speed, soft):
     """Plain statements derived from the numbers (no hand-written claims about them)."""
     out = []
     for c in curves:
@@ -367,6 +411,19 @@ def findings(curves, field, speed):
         "as S grows eps(S) tends to the approximate leave-one-out of Eq. 20, which can differ "
         "from the exact one (specs/replica_tap.md section 7)."
     )
+    worst_soft = max(soft, key=lambda r: abs(r["theory"] - r["mc"]) / r["mc"])
+    dev = (worst_soft["theory"] - worst_soft["mc"]) / worst_soft["mc"]
+    where = (f"{DATASETS[worst_soft['name']][0]}, C = {worst_soft['C']:g}, "
+             f"{worst_soft['bounded_svs']} of {worst_soft['svs']} support vectors at the bound")
+    if abs(dev) > 0.05:
+        out.append(
+            f"- Soft margin: the largest deviation is {100 * dev:+.1f} % ({where}). The "
+            "soft-margin tilted moments agree with brute-force sampling "
+            "(tests/test_bootstrap_tap.py), so the gap is the Gaussian-cavity approximation, "
+            "not the equations; compare the rows by C and the number of points at the bound."
+        )
+    else:
+        out.append(f"- Soft margin: within {100 * abs(dev):.1f} % everywhere (largest: {where}).")
     s = {r["name"]: r for r in speed}
     out.append(
         "- Speed at S = N: "
@@ -401,6 +458,8 @@ def main(argv=None) -> int:
         print(f"{label}: done in {time.perf_counter() - t0:.0f} s", flush=True)
     field = sonar_field(200 if args.quick else 4000, args.seed, args.n_jobs)
     print(f"Sonar field: mean |dp| = {field['abs_dp_mean']:.3f}", flush=True)
+    soft = soft_margin_rows(100 if args.quick else 2000, args.seed, args.n_jobs)
+    print("soft margin: done", flush=True)
     speed = speed_rows(curves)
     plot_curves(curves, out / "fig1_learning_curves.png")
     plot_field(field, out / "fig1_sonar_field.png")
@@ -412,7 +471,7 @@ def main(argv=None) -> int:
         "note": args.note,
         "n_jobs": args.n_jobs,
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-        "findings": findings(curves, field, speed),
+        "findings": findings(curves, field, speed, soft),
         "seconds": time.perf_counter() - start,
     }
     rows = []
@@ -424,8 +483,9 @@ def main(argv=None) -> int:
     (out / "curves.csv").write_text("data,kind,sample_ratio,error,se\n" + "\n".join(rows) + "\n")
     field_json = {k: v for k, v in field.items() if k != "fields"}
     (out / "results.json").write_text(json.dumps(
-        {"meta": meta, "curves": curves, "sonar_field": field_json, "speed": speed}, indent=1))
-    write_report(out, curves, field, speed, meta)
+        {"meta": meta, "curves": curves, "sonar_field": field_json, "speed": speed,
+         "soft_margin": soft}, indent=1))
+    write_report(out, curves, field, speed, soft, meta)
     print(f"wrote {out}/ in {meta['seconds']:.0f} s")
     return 0
 

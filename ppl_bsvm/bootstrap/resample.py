@@ -320,6 +320,14 @@ def monte_carlo(
     Returns
     -------
     MonteCarloResult
+
+    Examples
+    --------
+    >>> from ppl_bsvm import bootstrap, datasets, kernels
+    >>> X, y = datasets.load("crabs", standardize=True)
+    >>> mc = bootstrap.monte_carlo(X, y, kernels.RBF(lengthscale=3.0), 1.0, n_resamples=200)
+    >>> bool(mc.error_se[0] < 0.005), float(mc.kkt_violation[0]) < 1e-8
+    (True, True)
     """
     from joblib import Parallel, delayed
 

@@ -320,7 +320,10 @@ def replica_tap(
     Cost per sweep is a Cholesky factorisation and a few ``N x N`` products (``O(N^3)``);
     30-300 sweeps for ``S <= 4N``. The approximation assumes each output is influenced by many
     inputs: it degrades for narrow kernels, and with few support vectors the out-of-bag
-    variances are off even when the error is accurate (spec section 7).
+    variances are off even when the error is accurate (spec section 7). The soft margin with
+    a broad kernel and a small ``C`` (most points at the bound) came out 10-15 % low against
+    the Monte Carlo in our runs (``reports/bootstrap_fig1``); always check a new setting with
+    :func:`monte_carlo`.
 
     References
     ----------

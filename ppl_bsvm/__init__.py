@@ -2,10 +2,21 @@
 
 import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1)
 
-from . import data, datasets, kernels, metrics, models, predictive
+from . import bootstrap, data, datasets, kernels, metrics, models, predictive
 from .api import fit, list_methods
 from .result import Fit
 
 __version__ = "0.1.0"
 
-__all__ = ["Fit", "fit", "list_methods", "data", "datasets", "kernels", "metrics", "models", "predictive"]
+__all__ = [
+    "Fit",
+    "fit",
+    "list_methods",
+    "bootstrap",
+    "data",
+    "datasets",
+    "kernels",
+    "metrics",
+    "models",
+    "predictive",
+]

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["RunResult", "run", "relative_change"]
+__all__ = ["RunResult", "run", "iterate", "relative_change"]
 
 
 class RunResult(NamedTuple):
@@ -72,6 +72,26 @@ def _compiled_loop(step: Callable, converged: Callable, max_iter: int, min_iter:
         return state, buffer, n, done
 
     return jax.jit(loop)
+
+
+def iterate(
+    step: Callable,
+    state,
+    data,
+    *,
+    max_iter: int,
+    tol,
+    converged: Callable,
+    min_iter: int = 1,
+):
+    """Traceable form of :func:`run` for use inside ``jit``, ``grad`` or ``custom_vjp`` rules.
+
+    Same loop and arguments as :func:`run` (``tol`` may be a traced scalar), but nothing is
+    brought to the host: returns ``(state, infos, n_iter, converged)`` as JAX values, ``infos``
+    being the full ``max_iter`` buffer (NaN beyond ``n_iter``).
+    """
+    loop = _compiled_loop(step, converged, int(max_iter), int(min_iter))
+    return loop(state, data, jnp.asarray(tol, dtype=float))
 
 
 def run(

@@ -6,7 +6,14 @@ import numbers
 
 import numpy as np
 
-__all__ = ["positive_int", "positive_float", "nonnegative_float", "one_of", "boolean"]
+__all__ = [
+    "positive_int",
+    "positive_float",
+    "nonnegative_float",
+    "open_interval",
+    "one_of",
+    "boolean",
+]
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
@@ -30,6 +37,14 @@ def nonnegative_float(name: str, value) -> float:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     if not np.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def open_interval(name: str, value, low: float, high: float) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number in ({low:g}, {high:g}), got {value!r}")
+    if not low < value < high:
+        raise ValueError(f"{name} must lie strictly between {low:g} and {high:g}, got {value!r}")
     return float(value)
 
 

@@ -176,6 +176,47 @@ def test_sample_f_is_the_conditional_gaussian():
     _check_gaussian(np.asarray(draws), mean, cov)
 
 
+def _check_overrelaxed(prev, draws, mean, cov, alpha):
+    """``draws`` keeps ``N(mean, cov)`` (the law of ``prev``) and lags it by ``alpha``."""
+    _check_gaussian(draws, mean, cov)
+    n = draws.shape[0]
+    cross = (prev - mean).T @ (draws - mean) / n
+    se_cross = np.sqrt(np.outer(np.diag(cov), np.diag(cov)) / n)
+    assert np.all(np.abs(cross - alpha * cov) < 5 * se_cross)
+
+
+@pytest.mark.parametrize("alpha", [-0.9, 0.5])
+def test_overrelaxed_beta_move_keeps_the_conditional(alpha):
+    r = np.random.default_rng(14)
+    Z = r.normal(size=(15, 3))
+    lam = r.gamma(1.0, 1.0, 15)
+    W = 1.0 / lam
+    cov = np.linalg.inv(Z.T @ (W[:, None] * Z) + np.eye(3))
+    mean = cov @ Z.T @ (W * (1 + lam))
+    prev = r.multivariate_normal(mean, cov, N_DRAWS)
+    draws = jax.vmap(lambda k, b: sample_beta(k, jnp.asarray(lam), jnp.asarray(Z), 1.0, 1.0, b, alpha))(
+        _keys(9, N_DRAWS), jnp.asarray(prev)
+    )
+    _check_overrelaxed(prev, np.asarray(draws), mean, cov, alpha)
+
+
+def test_overrelaxed_f_move_keeps_the_conditional():
+    r = np.random.default_rng(15)
+    X = r.normal(size=(6, 2))
+    y = np.sign(r.normal(size=6))
+    kern = kernels.RBF(lengthscale=1.2)
+    K = np.asarray(kernels.gram(kern, kern.init_params(), jnp.asarray(X)))
+    lam = r.gamma(1.0, 1.0, 6)
+    A = K @ np.linalg.inv(K + np.diag(lam))
+    mean, cov = A @ (y * (1 + lam)), K - A @ K
+    prev = r.multivariate_normal(mean, cov, N_DRAWS)
+    Kj, L = jnp.asarray(K), jnp.linalg.cholesky(jnp.asarray(K))
+    draws = jax.vmap(lambda k, f: sample_f(k, jnp.asarray(lam), Kj, L, jnp.asarray(y), 1.0, f, -0.8))(
+        _keys(10, N_DRAWS), jnp.asarray(prev)
+    )
+    _check_overrelaxed(prev, np.asarray(draws), mean, cov, -0.8)
+
+
 # --- whole samplers: a 2-d linear posterior by grid quadrature -------------------------------
 
 @pytest.fixture(scope="module")
@@ -202,11 +243,12 @@ def plane_fits(plane):
     return {
         "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
         "gibbs_no_scale": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False, seed=2, **common),
+        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9, seed=6, **common),
         "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
     }
 
 
-@pytest.mark.parametrize("sampler", ["gibbs", "gibbs_no_scale", "nuts"])
+@pytest.mark.parametrize("sampler", ["gibbs", "gibbs_no_scale", "gibbs_overrelaxed", "nuts"])
 def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler):
     mean, sd = plane[2:]
     fit = plane_fits[sampler]
@@ -273,6 +315,7 @@ def curve_fits(curve):
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
     return {
         "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
+        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.8, seed=7, **common),
         "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
     }
 
@@ -281,8 +324,9 @@ def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits):
-    g, n = _summary(curve_fits["gibbs"], "f"), _summary(curve_fits["nuts"], "f")
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed"])
+def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
+    g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)
     se_sd = np.hypot(g["mcse_sd"].values, n["mcse_sd"].values)
     assert np.all(np.abs(g["mean"].values - n["mean"].values) < 4 * se_mean)
@@ -371,6 +415,8 @@ def test_gibbs_refuses_a_kernel_matrix_that_is_not_positive_definite(plane):
         ("gibbs", {"thinning": 0}, "thinning"),
         ("gibbs", {"num_samples": 5, "thinning": 10}, "thinning"),
         ("gibbs", {"scale_step": 1}, "scale_step"),
+        ("gibbs", {"overrelax": -1.0}, "overrelax"),
+        ("gibbs", {"overrelax": "yes"}, "overrelax"),
         ("nuts", {"target_accept_prob": 1.5}, "target_accept_prob"),
         ("nuts", {"store_lam": True}, "augmented=True"),
         ("nuts", {"max_predictive_draws": 0}, "max_predictive_draws"),

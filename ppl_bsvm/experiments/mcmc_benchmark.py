@@ -13,6 +13,8 @@ Problems
 Samplers (the engines' defaults, through ``numpyro.infer.MCMC``)
     ``gibbs``: :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` with the scale step;
     ``gibbs (no scale step)``: the textbook two-block sampler;
+    ``gibbs (overrelaxed)``: with the scale step and Adler's overrelaxation of the ``beta`` /
+    ``f`` draw, coefficient :data:`OVERRELAX`;
     ``nuts``: NUTS on the marginal model (non-centred ``f`` for the GP).
 
 Protocol: ``--chains`` chains of ``--warmup`` warmup and ``--draws`` kept draws each, the
@@ -88,6 +90,9 @@ def _timed(fn):
     return wall - compiled[0], compiled[0]
 
 
+OVERRELAX = -0.9
+
+
 def linear_problem(n: int, d: int, seed: int = 0):
     X, y = datasets.twonorm(n, seed=seed, d=d)
     X = (X - X.mean(0)) / X.std(0)
@@ -108,6 +113,8 @@ def gp_problem(n: int, seed: int = 0):
 def _sampler(name: str, model):
     if name == "gibbs":
         return BSVMGibbs(model)
+    if name == "gibbs (overrelaxed)":
+        return BSVMGibbs(model, overrelax=OVERRELAX)
     if name == "gibbs (no scale step)":
         return BSVMGibbs(model, scale_step=False)
     return nuts_kernel(model)
@@ -333,7 +340,7 @@ def main(argv=None) -> int:
     rows = []
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         for problem in problems:
-            for sampler in ("gibbs", "gibbs (no scale step)", "nuts"):
+            for sampler in ("gibbs", "gibbs (overrelaxed)", "gibbs (no scale step)", "nuts"):
                 chain_method = args.chain_method or ("sequential" if sampler == "nuts" else "vectorized")
                 row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,
                               chains=args.chains, chain_method=chain_method, seed=args.seed)

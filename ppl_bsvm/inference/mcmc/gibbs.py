@@ -81,7 +81,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
 from ... import models
-from ..._checks import boolean, positive_float
+from ..._checks import boolean, open_interval, positive_float
 from ...api import register
 from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel, gram
@@ -268,7 +268,7 @@ def sample_lam(key, margins, gamma=1.0):
     return _gig_half_from_normals(nu, u, r, gamma)
 
 
-def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0):
+def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.0):
     r"""``beta | lam ~ N(B Z^T W (1 + lam), B)``, ``B^{-1} = Z^T W Z + I / prior_scale^2``.
 
     Parameters
@@ -281,6 +281,10 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0):
         ``beta ~ N(0, prior_scale^2 I)``.
     gamma : float
         ``W = diag(gamma / lam)``.
+    prev : array of shape (p,), optional
+        The current ``beta``; needed when ``overrelax != 0``.
+    overrelax : float in (-1, 1), default=0.0
+        Adler's coefficient (:func:`overrelaxed`); 0 is the plain conditional draw.
 
     Returns
     -------
@@ -293,14 +297,29 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0):
     """
     p = Z.shape[1]
     w = gamma / lam
-    prec = (Z.T * w) @ Z + jnp.eye(p, dtype=Z.dtype) / prior_scale**2
+    prec = jnp.einsum("ni,n,nj->ij", Z, w, Z) + jnp.eye(p, dtype=Z.dtype) / prior_scale**2
     chol = jnp.linalg.cholesky(prec)
     mean = cho_solve((chol, True), Z.T @ (w * (1.0 + lam)))
     xi = random.normal(key, (p,), Z.dtype)
-    return mean + solve_triangular(chol.T, xi, lower=False)
+    return overrelaxed(mean, solve_triangular(chol.T, xi, lower=False), prev, overrelax)
 
 
-def sample_f(key, lam, K, chol_K, y, gamma=1.0):
+def overrelaxed(mean, noise, prev, overrelax):
+    r"""Adler's (1981) overrelaxed draw from ``N(mean, C)`` given ``noise ~ N(0, C)``:
+
+    .. math:: z' = \mu + \alpha (z - \mu) + \sqrt{1 - \alpha^2}\, \xi .
+
+    The map is reversible with respect to ``N(mean, C)`` for any ``-1 < alpha < 1``, so the
+    sweep still leaves the posterior invariant; ``alpha < 0`` moves ``z`` to the other side of
+    the conditional mean and suppresses the random walk of a two-block sampler (Neal 1998).
+    ``alpha = 0`` (a Python zero) is the plain draw ``mean + noise`` and ignores ``prev``.
+    """
+    if isinstance(overrelax, (int, float)) and overrelax == 0:
+        return mean + noise
+    return mean + overrelax * (prev - mean) + jnp.sqrt(1.0 - overrelax**2) * noise
+
+
+def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0):
     r"""``f | lam ~ N(K (K + N)^{-1} Y(1 + lam), K - K (K + N)^{-1} K)``, ``N = Lambda/gamma``.
 
     Matheron's rule (spec section 6): ``f = f0 + K (K + N)^{-1} (Y(1 + lam) - f0 - e)`` with
@@ -317,6 +336,11 @@ def sample_f(key, lam, K, chol_K, y, gamma=1.0):
         Its lower Cholesky factor.
     y : array of shape (n,)
     gamma : float
+    prev : array of shape (n,), optional
+        The current ``f``; needed when ``overrelax != 0``.
+    overrelax : float in (-1, 1), default=0.0
+        Adler's coefficient (:func:`overrelaxed`). The mean and the zero-mean part of
+        Matheron's draw are then solved together (two right-hand sides, one factor).
 
     Returns
     -------
@@ -328,7 +352,11 @@ def sample_f(key, lam, K, chol_K, y, gamma=1.0):
     f0 = chol_K @ random.normal(k0, (n,), K.dtype)
     e = jnp.sqrt(noise) * random.normal(k1, (n,), K.dtype)
     fac = gaussian.factor(K, noise)
-    return f0 + K @ gaussian.solve(fac, y * (1.0 + lam) - f0 - e)
+    target = y * (1.0 + lam)
+    if isinstance(overrelax, (int, float)) and overrelax == 0:
+        return f0 + K @ gaussian.solve(fac, target - f0 - e)
+    both = K @ gaussian.solve(fac, jnp.stack([target, f0 + e], axis=1))
+    return overrelaxed(both[:, 0], f0 - both[:, 1], prev, overrelax)
 
 
 _LOG_SCALE_RANGE = 30.0  # c is searched in [e^-30, e^30]
@@ -547,11 +575,14 @@ def _lp(quad, margins, gamma):
     return -0.5 * quad - 2.0 * gamma * _hinge_sum(margins)
 
 
-def gibbs_step(key, state: GibbsState, data, scale_step: bool = True) -> GibbsState:
+def gibbs_step(
+    key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0
+) -> GibbsState:
     """One sweep: the scale of ``z`` (optional), ``lam | z``, then ``z | lam``.
 
     ``data`` is :class:`LinearData` or :class:`GPData`; every step is an exact draw from a
-    full conditional, so the sweep leaves the posterior of ``(z, lam)`` invariant. The
+    full conditional (or, with ``overrelax != 0``, Adler's overrelaxed move that is reversible
+    with respect to it), so the sweep leaves the posterior of ``(z, lam)`` invariant. The
     margins and quadratic form of ``z`` travel in the state, so the scale step costs no
     matrix product (scaling ``z`` by ``c`` scales them by ``c`` and ``c^2``).
     """
@@ -567,9 +598,9 @@ def gibbs_step(key, state: GibbsState, data, scale_step: bool = True) -> GibbsSt
     n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
     lam = jnp.maximum(lam, LAM_FLOOR)
     if isinstance(data, LinearData):
-        z = {"beta": sample_beta(k_z, lam, data.Z, data.prior_scale, data.gamma)}
+        z = {"beta": sample_beta(k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax)}
     else:
-        z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma)}
+        z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax)}
     quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
     return GibbsState(z, lam, margins, quad, lp, c, trials, n_floored, state.rng_key)
@@ -670,6 +701,10 @@ class BSVMGibbs(MCMCKernel):
     scale_step : bool, default=True
         Start each sweep with the exact draw of the scale of ``beta`` / ``f``
         (:func:`sample_scale`); ``False`` is the textbook two-block sampler.
+    overrelax : float in (-1, 1), default=0.0
+        Draw ``beta`` / ``f`` by Adler's overrelaxed move (:func:`overrelaxed`) with this
+        coefficient instead of independently from its conditional; ``-0.9`` roughly halves
+        the linear benchmark's autocorrelation time. 0 is the plain Gibbs sampler.
 
     Notes
     -----
@@ -696,7 +731,9 @@ class BSVMGibbs(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, model=models.linear_bsvm, *, scale_step: bool = True):
+    def __init__(
+        self, model=models.linear_bsvm, *, scale_step: bool = True, overrelax: float = 0.0
+    ):
         if model not in _SUPPORTED:
             raise ValueError(
                 "BSVMGibbs samples ppl_bsvm.models.linear_bsvm and ppl_bsvm.models.gp_bsvm; "
@@ -704,6 +741,7 @@ class BSVMGibbs(MCMCKernel):
             )
         self._model = model
         self._scale_step = boolean("scale_step", scale_step)
+        self._overrelax = open_interval("overrelax", overrelax, -1.0, 1.0)
         self._data = None
         self._sample_fn = None
 
@@ -726,7 +764,7 @@ class BSVMGibbs(MCMCKernel):
 
         def step(state):
             key, sub = random.split(state.rng_key)
-            new = gibbs_step(sub, state, data, self._scale_step)
+            new = gibbs_step(sub, state, data, self._scale_step, self._overrelax)
             return new._replace(rng_key=key)
 
         def init_one(key, z):
@@ -771,6 +809,7 @@ def gibbs_linear(
     intercept: bool = True,
     gamma: float = 1.0,
     scale_step: bool = True,
+    overrelax: float = 0.0,
     num_samples: int = 1000,
     num_warmup: int = 1000,
     num_chains: int = 4,
@@ -794,6 +833,8 @@ def gibbs_linear(
     scale_step : bool, default=True
         Start each sweep with the exact draw of the scale of ``beta`` (see
         ``ppl_bsvm.inference.mcmc.gibbs``); it removes the sampler's slowest direction.
+    overrelax : float in (-1, 1), default=0.0
+        Adler's overrelaxation of the ``beta`` draw (``BSVMGibbs``); 0 is plain Gibbs.
     num_samples, num_warmup : int, default=1000, 1000
         Kept draws and burn-in sweeps per chain (equal values compile one loop, not two).
     num_chains : int, default=4
@@ -815,7 +856,7 @@ def gibbs_linear(
     gamma = positive_float("gamma", gamma)
     prior_scale = positive_float("prior_scale", prior_scale)
     setup = linear_setup(problem, intercept)
-    kernel = BSVMGibbs(models.linear_bsvm, scale_step=scale_step)
+    kernel = BSVMGibbs(models.linear_bsvm, scale_step=scale_step, overrelax=overrelax)
     run = run_mcmc(
         kernel, key, (setup.Xd, setup.y), {"prior_scale": prior_scale, "gamma": gamma},
         config, extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
@@ -826,7 +867,7 @@ def gibbs_linear(
         run, config, method="gibbs", model="linear", problem=problem,
         sample_stats=_gibbs_stats(run.extra), coords={"feature": setup.features},
         predictor=linear_predictor(run.samples["beta"], intercept, config, gamma),
-        options={"gamma": gamma, "prior_scale": prior_scale},
+        options={"gamma": gamma, "prior_scale": prior_scale, "overrelax": overrelax},
     )
 
 
@@ -839,6 +880,7 @@ def gibbs_gp(
     gamma: float = 1.0,
     jitter: float = DEFAULT_JITTER,
     scale_step: bool = True,
+    overrelax: float = 0.0,
     num_samples: int = 1000,
     num_warmup: int = 1000,
     num_chains: int = 4,
@@ -858,6 +900,8 @@ def gibbs_gp(
         Relative jitter of ``K``; the predictions use the same ``K``.
     scale_step : bool, default=True
         Exact draw of the scale of ``f`` at the start of each sweep.
+    overrelax : float in (-1, 1), default=0.0
+        Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs.
     num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar, store_lam,
     max_predictive_draws, link
         As for the linear model.
@@ -868,7 +912,7 @@ def gibbs_gp(
     )
     gamma = positive_float("gamma", gamma)
     setup = gp_setup(problem, kernel, jitter)
-    sampler = BSVMGibbs(models.gp_bsvm, scale_step=scale_step)
+    sampler = BSVMGibbs(models.gp_bsvm, scale_step=scale_step, overrelax=overrelax)
     model_kwargs = {"kernel": kernel, "params": setup.params, "gamma": gamma, "jitter": setup.jitter}
     run = run_mcmc(
         sampler, key, (setup.X, setup.y), model_kwargs, config,
@@ -880,5 +924,6 @@ def gibbs_gp(
         run, config, method="gibbs", model="gp", problem=problem,
         sample_stats=_gibbs_stats(run.extra),
         predictor=gp_predictor(kernel, setup, run.samples["f"], config, gamma),
-        options={"gamma": gamma}, kernel=kernel, kernel_params=setup.params, jitter=setup.jitter,
+        options={"gamma": gamma, "overrelax": overrelax},
+        kernel=kernel, kernel_params=setup.params, jitter=setup.jitter,
     )

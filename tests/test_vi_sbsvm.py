@@ -204,3 +204,16 @@ def test_bad_options(toy, options, message):
     X, y = toy
     with pytest.raises(ValueError, match=message):
         ppl_bsvm.fit(X, y, model="gp", method="svi", **options)
+
+
+def test_user_labels_and_float64(toy):
+    X, y = toy
+    labels = np.where(y > 0, "yes", "no")
+    fit = ppl_bsvm.fit(X, labels, model="gp", method="svi", kernel=KERNEL, num_inducing=10,
+                       max_iter=300, elbo_every=100, num_draws=10)
+    p = fit.predict_proba(X)
+    assert p.dtype == np.float64 and fit.posterior["u"].dtype == np.float64
+    np.testing.assert_array_equal(fit.predict(X), np.where(p >= 0.5, "yes", "no"))
+    assert np.mean(fit.predict(X) == labels) > 0.8
+    assert not jax.config.jax_enable_x64
+    assert "svi" in fit.summary() and fit.converged == (fit.stop_reason == "tol")

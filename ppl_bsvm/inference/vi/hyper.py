@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._checks import positive_int
+from .schedules import as_step_size
 
 __all__ = ["AdamState", "adam_init", "adam_ascent", "check_hyper_options"]
 
@@ -67,8 +68,6 @@ def check_hyper_options(learn_hyperparameters, hyper_lr, hyper_every):
     Returns ``(learn, hyper_lr_schedule, hyper_every)``; ``hyper_lr`` may be a positive number
     or a schedule of the hyperparameter step count (``schedules.as_step_size``).
     """
-    from .schedules import as_step_size
-
     if not isinstance(learn_hyperparameters, (bool, np.bool_)):
         raise ValueError(
             f"learn_hyperparameters must be True or False, got {learn_hyperparameters!r}"

@@ -22,7 +22,9 @@ Stochastic VI (``method="svi"``): the same model with minibatches of ``alpha`` (
 2013): natural-gradient steps on ``q(beta)``'s natural parameters with the data terms scaled by
 ``n / |S|`` (``_svi.py``), learning rate from ``schedules.py``; cost ``O(|S| p^2 + p^3)`` per
 step. The full-data ELBO is evaluated every ``elbo_every`` steps (``O(n p^2)``); the run stops
-when its relative change between two evaluations is below ``tol``.
+when the mean of its last ``elbo_window`` evaluations differs from the mean of the
+``elbo_window`` before by less than ``tol`` (relative; ``_svi.ElboWindow``), since single
+evaluations fluctuate with the minibatch noise.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ Implementation notes:
   log-parameters (and the inducing locations with ``learn_inducing=True``) along ``jax.grad`` of
   the minibatch estimate of the collapsed ELBO.
 - **Stopping**: the full-data collapsed ELBO is evaluated every ``elbo_every`` steps (the trace);
-  the run stops when its relative change between two evaluations is below ``tol``.
+  the run stops when the mean of the last ``elbo_window`` evaluations differs from the mean of
+  the ``elbo_window`` before by less than ``tol`` (relative; ``_svi.ElboWindow``).
 
 With ``Z`` = the training inputs, full batches and ``rho = 1`` the iteration is B-BSVM's
 coordinate ascent (``bbsvm.py``), which the tests check.

@@ -6,6 +6,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import scipy.linalg  # noqa: E402,F401  (load scipy's OpenBLAS, which JAX calls, before limiting it)
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+# JAX's CPU linear algebra (Cholesky, triangular solves) calls scipy's OpenBLAS. With its default
+# of one thread per core and pytest-xdist running a worker per core, the BLAS threads are
+# oversubscribed and every call waits for descheduled threads: a 40 x 40 triangular solve took
+# 12-15 ms instead of 0.1 ms, and an ECM fit on Heart 47-89 s instead of 0.5-1.4 s, on the
+# loaded 2-core machine. One BLAS thread per worker avoids it.
+threadpool_limits(1, user_api="blas")
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ def gaussian_idata(
         "beta_cov": ["feature", "feature_bis"],
         "u_mean": ["inducing"],
         "u_cov": ["inducing", "inducing_bis"],
+        "Z": ["inducing", "input_dim"],
     }
     coords = dict(coords or {})
     coords.setdefault("obs", np.arange(problem.n))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import jax
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "posterior_cov",
     "posterior_cov_diag",
     "predict",
+    "sample_posterior",
 ]
 
 
@@ -102,3 +104,20 @@ def predict(fac: NoisyFactor, a, K_cross, k_diag):
     """
     V = _whitened(fac, K_cross)
     return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)
+
+
+def sample_posterior(key, K, fac: NoisyFactor, noise, t, num_draws: int):
+    r"""Draws of ``N(K (K + N)^{-1} t, K - K (K + N)^{-1} K)`` by Matheron's rule (spec section 6).
+
+    ``f = f0 + K (K + N)^{-1} (t - f0 - e)`` with ``f0 ~ N(0, K)``, ``e ~ N(0, N)``: one solve
+    with the existing factor and no factorisation of the (nearly singular) posterior covariance.
+
+    Returns
+    -------
+    ndarray of shape (num_draws, n)
+    """
+    k0, k1 = jax.random.split(key)
+    n = K.shape[0]
+    f0 = jnp.linalg.cholesky(K) @ jax.random.normal(k0, (n, num_draws), dtype=K.dtype)
+    e = jnp.sqrt(noise)[:, None] * jax.random.normal(k1, (n, num_draws), dtype=K.dtype)
+    return (f0 + K @ solve(fac, t[:, None] - f0 - e)).T

@@ -33,6 +33,7 @@ __all__ = [
     "inducing_prior",
     "Projection",
     "project",
+    "project_whitened",
     "marginals",
     "kl_to_prior",
     "Natural",
@@ -121,6 +122,19 @@ def project(kernel: Kernel, params, prior: InducingPrior, Xb) -> Projection:
     kappa = solve_triangular(prior.chol.T, A, lower=False).T  # K_bm Kmm^{-1}
     ktilde = jnp.maximum(kernel.diag(params, Xb) - jnp.sum(A**2, axis=0), 0.0)
     return Projection(kappa, ktilde)
+
+
+def project_whitened(kernel: Kernel, params, prior: InducingPrior, Xb) -> Projection:
+    r"""The projection in whitened coordinates ``v = L^{-1} u`` (``L L^T = Kmm``, ``v ~ N(0, I)``).
+
+    ``p(f_b | v) = N(Psi v, diag(ktilde))`` with ``Psi = K_bm L^{-T}`` (returned in the
+    ``kappa`` field; ``kappa = Psi L^{-1}``). One triangular solve; no ``Kmm^{-1}``, whose
+    condition number is the square of ``L``'s. Reads only ``prior.Z`` and ``prior.chol``.
+    """
+    Kmb = kernel.K(params, prior.Z, Xb)
+    A = solve_triangular(prior.chol, Kmb, lower=True)  # L^{-1} K_mb
+    ktilde = jnp.maximum(kernel.diag(params, Xb) - jnp.sum(A**2, axis=0), 0.0)
+    return Projection(A.T, ktilde)
 
 
 def marginals(proj: Projection, mu, Sigma):

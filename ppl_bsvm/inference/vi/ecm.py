@@ -251,19 +251,11 @@ def ecm_gp(
 
 
 def _matheron_draws(key, data: GPData, fac, lam, num_draws):
-    r"""Draws of ``N(K (K+N)^{-1} t, K - K (K+N)^{-1} K)`` by Matheron's rule (spec section 6).
-
-    ``f = f0 + K (K + N)^{-1} (t - f0 - e)``, ``f0 ~ N(0, K)``, ``e ~ N(0, N)``: one solve, no
-    factorisation of the (nearly singular) posterior covariance.
-    """
-    k0, k1 = jax.random.split(key)
-    n = data.y.shape[0]
-    chol_K = jnp.linalg.cholesky(data.K)
-    f0 = chol_K @ jax.random.normal(k0, (n, num_draws), dtype=data.K.dtype)
-    e = jnp.sqrt(lam / data.gamma)[:, None] * jax.random.normal(k1, (n, num_draws), data.K.dtype)
-    t = (data.y * (1.0 + lam))[:, None]
-    f = f0 + data.K @ gaussian.solve(fac, t - f0 - e)
-    return np.asarray(f.T)[None]
+    """Draws of the conditional Gaussian at the ECM point, shape ``(1, num_draws, n)``."""
+    draws = gaussian.sample_posterior(
+        key, data.K, fac, lam / data.gamma, data.y * (1.0 + lam), num_draws
+    )
+    return np.asarray(draws)[None]
 
 
 @register("ecm", ("linear",), uses_kernel=False)

@@ -1,0 +1,491 @@
+r"""Mean-field VI for the linear Bayesian SVM (Wenzel et al. 2017, section 4.5, eq. 14).
+
+Model: ``f_i = x_i^T beta`` (``x_i`` with a trailing 1 when ``intercept``), ``beta ~ N(0, s^2 I)``,
+pseudo-likelihood ``exp(-2 gamma max(0, 1 - y_i f_i))``. Family: ``q(beta) = N(mu, zeta)``,
+``q(lam_i) = GIG(1/2, gamma, gamma alpha_i)`` (``specs/bsvm_inference.md`` section 3).
+
+Coordinate ascent (``method="vi"``), paper eq. 14 with ``z_i = y_i x_i``:
+
+.. math::
+
+    \zeta = (\gamma Z^\top A^{-1/2} Z + I / s^2)^{-1}, \qquad
+    \mu = \gamma\,\zeta Z^\top (1 + \alpha^{-1/2}), \qquad
+    \alpha_i = (1 - z_i^\top \mu)^2 + z_i^\top \zeta z_i .
+
+Each sweep is exact maximisation of the ELBO in one block, so the ELBO (recorded after every
+sweep, in its collapsed form, ``elbo.py``) never decreases. ``learn_hyperparameters=True``
+adds the exact maximiser of the ELBO over the prior scale for fixed ``q``,
+``s^2 = (tr zeta + mu^T mu) / p`` (the linear case of paper eq. 12 in closed form: only the KL
+depends on ``s``), so the ELBO still never decreases.
+
+Stochastic VI (``method="svi"``): the same model with minibatches of ``alpha`` (Hoffman et al.
+2013): natural-gradient steps on ``q(beta)``'s natural parameters with the data terms scaled by
+``n / |S|`` (``_svi.py``), learning rate from ``schedules.py``; cost ``O(|S| p^2 + p^3)`` per
+step. The full-data ELBO is evaluated every ``elbo_every`` steps (``O(n p^2)``); the run stops
+when the mean of its last ``elbo_window`` evaluations differs from the mean of the
+``elbo_window`` before by less than ``tol`` (relative; ``_svi.ElboWindow``), since single
+evaluations fluctuate with the minibatch noise.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from ..._checks import boolean, positive_float, positive_int
+from ...api import register
+from ...data import Problem, design_matrix
+from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
+from ...result import Fit
+from .._common import check_gamma, gaussian_idata, linear_setup, mvn_draws
+from ..loop import relative_change, run
+from . import elbo as elbo_mod
+from . import schedules
+from ._svi import (
+    Batches,
+    ElboWindow,
+    batches_init,
+    check_svi_options,
+    gaussian_from_precision,
+    latent_marginals,
+    natural_gradient,
+    natural_target,
+    next_batch,
+    recorded,
+    window_init,
+    window_push,
+)
+
+__all__ = [
+    "LinearData",
+    "LinearVIState",
+    "LinearSVIState",
+    "LinearInfo",
+    "vi_init",
+    "vi_step",
+    "svi_init",
+    "make_svi_step",
+    "collapsed_elbo",
+]
+
+
+class LinearData(NamedTuple):
+    """Everything a linear step reads besides its state (traced, never baked in).
+
+    Attributes
+    ----------
+    Xd : (n, p)
+        Design matrix (intercept column last when used).
+    y : (n,)
+        Labels in {-1, +1}.
+    gamma : ()
+        Pseudo-likelihood temperature.
+    learn : () bool
+        Update the prior scale (closed-form maximiser of the ELBO).
+    scale : ()
+        ``n / |S|`` (SVI only; 1 for batch VI).
+    """
+
+    Xd: jnp.ndarray
+    y: jnp.ndarray
+    gamma: jnp.ndarray
+    learn: jnp.ndarray
+    scale: jnp.ndarray
+
+
+class LinearVIState(NamedTuple):
+    """State of batch coordinate ascent.
+
+    Attributes
+    ----------
+    mu : (p,)
+        Mean of ``q(beta)``.
+    chol : (p, p)
+        Lower Cholesky factor of the precision ``zeta^{-1}``.
+    alpha : (n,)
+        Parameters of ``q(lam_i)``, optimal for the current ``q(beta)``.
+    log_prior_scale : ()
+        ``log s``.
+    elbo : ()
+        Collapsed ELBO at the current state.
+    """
+
+    mu: jnp.ndarray
+    chol: jnp.ndarray
+    alpha: jnp.ndarray
+    log_prior_scale: jnp.ndarray
+    elbo: jnp.ndarray
+
+
+class LinearSVIState(NamedTuple):
+    """State of stochastic VI.
+
+    Attributes
+    ----------
+    eta1 : (p,)
+        ``zeta^{-1} mu``.
+    prec : (p, p)
+        ``zeta^{-1} = -2 eta2``.
+    log_prior_scale : ()
+    rate : learning-rate state (``schedules``)
+    batches : Batches
+    count : () int32
+        Steps taken.
+    window : ElboWindow
+        The last full-data ELBO evaluations (the stopping rule).
+    """
+
+    eta1: jnp.ndarray
+    prec: jnp.ndarray
+    log_prior_scale: jnp.ndarray
+    rate: object
+    batches: Batches
+    count: jnp.ndarray
+    window: ElboWindow
+
+
+class LinearInfo(NamedTuple):
+    """Per-step record: ``elbo`` (NaN where not evaluated), ``delta`` (the stopping statistic:
+    batch VI, the relative change of the ELBO; SVI, of its mean over ``elbo_window``
+    evaluations, see ``_svi.ElboWindow``; ``inf`` where not evaluated), ``prior_scale`` and
+    ``rho`` (the learning rate; 1 for batch VI)."""
+
+    elbo: jnp.ndarray
+    delta: jnp.ndarray
+    prior_scale: jnp.ndarray
+    rho: jnp.ndarray
+
+
+# --- shared pieces ------------------------------------------------------------------------
+
+
+def _optimal_q(data: LinearData, alpha, log_s):
+    """Paper eq. 14: ``q(beta)`` given ``alpha`` (mean and Cholesky factor of the precision)."""
+    p = data.Xd.shape[1]
+    w = data.gamma / jnp.sqrt(alpha)
+    prec = (data.Xd.T * w) @ data.Xd + jnp.eye(p, dtype=data.Xd.dtype) * jnp.exp(-2.0 * log_s)
+    chol = jnp.linalg.cholesky(prec)
+    mu = cho_solve((chol, True), data.Xd.T @ (data.gamma * data.y * (1.0 + 1.0 / jnp.sqrt(alpha))))
+    return mu, chol
+
+
+def _cov_factor(chol):
+    """``L^{-T}``: a square root of the covariance ``(L L^T)^{-1}``."""
+    eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
+    return solve_triangular(chol, eye, lower=True).T
+
+
+def _second_moment(mu, chol):
+    """``tr(zeta) + mu^T mu = E_q[beta^T beta]``."""
+    return jnp.sum(_cov_factor(chol) ** 2) + jnp.sum(mu**2)
+
+
+def _optimal_log_scale(mu, chol):
+    """``log s`` maximising the ELBO for fixed ``q``: ``s^2 = E_q[beta^T beta] / p``."""
+    return 0.5 * jnp.log(_second_moment(mu, chol) / mu.shape[0])
+
+
+def _kl(mu, chol, log_s):
+    r"""``KL(N(mu, (L L^T)^{-1}) || N(0, s^2 I))``."""
+    p = mu.shape[0]
+    return 0.5 * (
+        _second_moment(mu, chol) * jnp.exp(-2.0 * log_s)
+        - p
+        + 2.0 * p * log_s
+        + 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+    )
+
+
+def collapsed_elbo(data: LinearData, mu, chol, log_s):
+    """Collapsed ELBO at ``q(beta) = N(mu, (L L^T)^{-1})`` and the optimal ``alpha``."""
+    m, s = latent_marginals(data.Xd, 0.0, mu, chol)
+    alpha = elbo_mod.optimal_alpha(m, s, data.y)
+    value = jnp.sum(elbo_mod.collapsed_data_term(m, s, data.y, data.gamma)) - _kl(mu, chol, log_s)
+    return value, alpha
+
+
+# --- batch coordinate ascent --------------------------------------------------------------
+
+
+def vi_init(data: LinearData, log_prior_scale) -> LinearVIState:
+    """Start from ``q(beta)`` = the prior."""
+    p = data.Xd.shape[1]
+    log_s = jnp.asarray(log_prior_scale, data.Xd.dtype)
+    mu = jnp.zeros(p, data.Xd.dtype)
+    chol = jnp.eye(p, dtype=data.Xd.dtype) * jnp.exp(-log_s)
+    value, alpha = collapsed_elbo(data, mu, chol, log_s)
+    return LinearVIState(mu, chol, alpha, log_s, value)
+
+
+def vi_step(state: LinearVIState, data: LinearData):
+    """One sweep of eq. 14: ``q(beta)`` given ``alpha``, then (optionally) ``s``, then ``alpha``."""
+    mu, chol = _optimal_q(data, state.alpha, state.log_prior_scale)
+    log_s = jnp.where(data.learn, _optimal_log_scale(mu, chol), state.log_prior_scale)
+    value, alpha = collapsed_elbo(data, mu, chol, log_s)
+    info = LinearInfo(
+        value, relative_change(value, state.elbo), jnp.exp(log_s), jnp.ones((), value.dtype)
+    )
+    return LinearVIState(mu, chol, alpha, log_s, value), info
+
+
+def _vi_converged(info: LinearInfo, tol):
+    return info.delta <= tol
+
+
+# --- stochastic VI ------------------------------------------------------------------------
+
+
+def _svi_target(data: LinearData, idx, eta1, prec, log_s):
+    p = data.Xd.shape[1]
+    Xb, yb = data.Xd[idx], data.y[idx]
+    prior_prec = jnp.eye(p, dtype=Xb.dtype) * jnp.exp(-2.0 * log_s)
+    target = natural_target(
+        Xb, jnp.zeros(yb.shape, Xb.dtype), yb, prior_prec, eta1, prec, data.scale, data.gamma
+    )
+    return natural_gradient(target, eta1, prec)
+
+
+def svi_init(key, data: LinearData, log_prior_scale, rate, batch_size: int,
+             elbo_window: int) -> LinearSVIState:
+    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch gradients."""
+    return _svi_init(key, data, jnp.asarray(log_prior_scale, data.Xd.dtype), rate, batch_size,
+                     elbo_window)
+
+
+@functools.partial(jax.jit, static_argnames=("rate", "batch_size", "elbo_window"))
+def _svi_init(key, data: LinearData, log_s, rate, batch_size: int, elbo_window: int):
+    n, p = data.Xd.shape
+    dtype = data.Xd.dtype
+    eta1 = jnp.zeros(p, dtype)
+    prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
+    batches = batches_init(key, n)
+    grads = []
+    for _ in range(rate.num_init):
+        idx, batches = next_batch(batches, batch_size)
+        grads.append(_svi_target(data, idx, eta1, prec, log_s)[2])
+    rate_state = rate.init(jnp.stack(grads) if grads else None)
+    mu, chol = gaussian_from_precision(eta1, prec)
+    value, _ = collapsed_elbo(data, mu, chol, log_s)
+    return LinearSVIState(eta1, prec, log_s, rate_state, batches, jnp.zeros((), jnp.int32),
+                          window_init(elbo_window, value, dtype))
+
+
+@functools.lru_cache(maxsize=32)
+def make_svi_step(rate, batch_size: int, elbo_every: int, hyper_every: int):
+    """The SVI ``step(state, data)`` for static settings (cached, so the compiled loop is reused)."""
+
+    def step(state: LinearSVIState, data: LinearData):
+        idx, batches = next_batch(state.batches, batch_size)
+        d1, dP, g = _svi_target(data, idx, state.eta1, state.prec, state.log_prior_scale)
+        rho, rate_state = rate.update(g, state.rate, state.count)
+        eta1 = state.eta1 + rho * d1
+        prec = state.prec + rho * dP
+        count = state.count + 1
+        mu, chol = gaussian_from_precision(eta1, prec)
+        do_hyper = jnp.logical_and(data.learn, count % hyper_every == 0)
+        log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
+        evaluate = count % elbo_every == 0
+        value = jax.lax.cond(
+            evaluate,
+            lambda: collapsed_elbo(data, mu, chol, log_s)[0],
+            lambda: jnp.full((), jnp.nan, eta1.dtype),
+        )
+        window, delta = jax.lax.cond(
+            evaluate, window_push, lambda w, v: (w, jnp.full((), jnp.inf, v.dtype)),
+            state.window, value,
+        )
+        new = LinearSVIState(eta1, prec, log_s, rate_state, batches, count, window)
+        return new, LinearInfo(value, delta, jnp.exp(log_s), rho)
+
+    return step
+
+
+# --- engines ------------------------------------------------------------------------------
+
+
+def _check(prior_scale, intercept, gamma, learn, max_iter, tol, num_draws, link):
+    check_link(link)
+    positive_int("max_iter", max_iter)
+    positive_float("tol", tol)
+    positive_int("num_draws", num_draws)
+    boolean("intercept", intercept)
+    if not isinstance(learn, bool):
+        raise ValueError(f"learn_hyperparameters must be True or False, got {learn!r}")
+    return positive_float("prior_scale", prior_scale), check_gamma(gamma)
+
+
+def _data(setup, gamma, learn, scale=1.0) -> LinearData:
+    return LinearData(
+        setup.Xd, setup.y, jnp.asarray(gamma), jnp.asarray(learn), jnp.asarray(float(scale))
+    )
+
+
+def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamma, result,
+               method, elapsed, extra_trace, options):
+    value, alpha = collapsed_elbo(data, mu, chol, log_s)
+    cov_factor = _cov_factor(chol)
+    draws = mvn_draws(key, mu, cov_factor, num_draws)
+    intercept = setup.features[-1] == "intercept"
+
+    @jax.jit
+    def _latent_design(Xd):
+        m, s = latent_marginals(Xd, 0.0, mu, chol)
+        return m, s
+
+    def _latent(Xs):
+        return _latent_design(design_matrix(Xs, intercept))
+
+    idata = gaussian_idata(
+        {"beta": draws},
+        problem=problem,
+        coords={"feature": setup.features},
+        approximation={
+            "beta_mean": np.asarray(mu),
+            "beta_cov": np.asarray(cov_factor @ cov_factor.T),
+            "alpha": np.asarray(alpha),
+            "prior_scale": np.asarray(jnp.exp(log_s)),
+            "elbo": np.asarray(value),
+        },
+        attrs={"method": method, "model": "linear", "stop_reason": result.stop_reason},
+    )
+    return Fit(
+        idata=idata,
+        method=method,
+        model="linear",
+        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        timings={"engine": elapsed},
+        trace=extra_trace,
+        stop_reason=result.stop_reason,
+        n_iter=result.n_iter,
+        options=options,
+        state=result.state,
+    )
+
+
+@register("vi", ("linear",), uses_kernel=False)
+def linear_vi(
+    problem: Problem,
+    *,
+    key,
+    prior_scale: float = 1.0,
+    intercept: bool = True,
+    gamma: float = 1.0,
+    learn_hyperparameters: bool = False,
+    max_iter: int = 1000,
+    tol: float = 1e-10,
+    num_draws: int = 1000,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """Mean-field VI for the linear Bayesian SVM by coordinate ascent (Wenzel et al. eq. 14).
+
+    Parameters
+    ----------
+    prior_scale : float, default=1.0
+        ``beta ~ N(0, prior_scale^2 I)`` (the starting value when it is learned).
+    intercept : bool, default=True
+        Append a column of ones (coefficient ``beta[intercept]``, same prior).
+    gamma : float, default=1.0
+        Pseudo-likelihood temperature.
+    learn_hyperparameters : bool, default=False
+        Maximise the ELBO over ``prior_scale`` too (closed form, see the module docstring).
+    max_iter : int, default=1000
+    tol : float, default=1e-10
+        Stop when the relative change of the ELBO between sweeps is below this.
+    num_draws : int, default=1000
+        Draws from ``q(beta)`` stored in ``idata.posterior.beta``.
+    link : str, default=DEFAULT_LINK
+        Default link of ``predict_proba`` (``ppl_bsvm.predictive``).
+    """
+    prior_scale, gamma = _check(
+        prior_scale, intercept, gamma, learn_hyperparameters, max_iter, tol, num_draws, link
+    )
+    t0 = time.perf_counter()
+    setup = linear_setup(problem, intercept)
+    data = _data(setup, gamma, learn_hyperparameters)
+    state = vi_init(data, np.log(prior_scale))
+    result = run(vi_step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged)
+    st = result.state
+    elapsed = time.perf_counter() - t0
+    trace = {
+        "elbo": result.infos.elbo,
+        "elbo_step": np.arange(1, result.n_iter + 1),
+        "prior_scale": result.infos.prior_scale,
+    }
+    return _build_fit(problem, setup, data, st.mu, st.chol, st.log_prior_scale, key, num_draws,
+                      link, gamma, result, "vi", elapsed, trace, {})
+
+
+@register("svi", ("linear",), uses_kernel=False)
+def linear_svi(
+    problem: Problem,
+    *,
+    key,
+    prior_scale: float = 1.0,
+    intercept: bool = True,
+    gamma: float = 1.0,
+    batch_size: int | None = None,
+    learning_rate="robbins_monro",
+    learn_hyperparameters: bool = False,
+    hyper_every: int = 10,
+    max_iter: int = 20000,
+    tol: float = 1e-6,
+    elbo_every: int = 100,
+    elbo_window: int = 5,
+    num_draws: int = 1000,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """Stochastic VI for the linear Bayesian SVM: minibatches of alpha, natural-gradient steps.
+
+    Parameters
+    ----------
+    prior_scale, intercept, gamma, num_draws, link
+        As for ``method="vi"``.
+    batch_size : int, optional
+        Minibatch size ``|S|`` (at most ``n``); default ``min(100, n)``.
+    learning_rate : str, float, schedule or callable, default="robbins_monro"
+        ``"robbins_monro"`` (``(t + 1)^-0.6``), ``"adaptive"`` (Ranganath et al. 2013, the
+        paper's choice; slower to converge, see ``schedules``), a constant in ``(0, 1]``, an
+        object from ``ppl_bsvm.inference.vi.schedules`` or a callable ``count -> rho``.
+    learn_hyperparameters : bool, default=False
+        Every ``hyper_every`` steps set ``prior_scale`` to the ELBO's maximiser for the current
+        ``q(beta)``.
+    hyper_every : int, default=10
+    max_iter : int, default=20000
+        Number of minibatch steps at most.
+    tol : float, default=1e-6
+        Stop when the mean of the last ``elbo_window`` full-data ELBO evaluations differs from
+        the mean of the ``elbo_window`` before by less than this (relative).
+    elbo_every : int, default=100
+        Evaluate the full-data ELBO (``O(n p^2)``) every this many steps.
+    elbo_window : int, default=5
+        Evaluations averaged by the stopping rule (see ``_svi.ElboWindow``).
+    """
+    prior_scale, gamma = _check(
+        prior_scale, intercept, gamma, learn_hyperparameters, max_iter, tol, num_draws, link
+    )
+    rate = schedules.as_rate(learning_rate)
+    n = problem.n
+    batch_size = min(100, n) if batch_size is None else batch_size
+    batch_size, elbo_every, elbo_window, hyper_every = check_svi_options(
+        n, batch_size, elbo_every, elbo_window, hyper_every
+    )
+    t0 = time.perf_counter()
+    setup = linear_setup(problem, intercept)
+    data = _data(setup, gamma, learn_hyperparameters, n / batch_size)
+    k_init, k_draws = jax.random.split(key)
+    state = svi_init(k_init, data, np.log(prior_scale), rate, batch_size, elbo_window)
+    step = make_svi_step(rate, batch_size, elbo_every, hyper_every)
+    result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged)
+    st = result.state
+    mu, chol = gaussian_from_precision(st.eta1, st.prec)
+    elapsed = time.perf_counter() - t0
+    trace = {**recorded(result.infos.elbo, elbo_every), "rho": result.infos.rho,
+             "prior_scale": result.infos.prior_scale}
+    return _build_fit(problem, setup, data, mu, chol, st.log_prior_scale, k_draws, num_draws,
+                      link, gamma, result, "svi", elapsed, trace, {"batch_size": batch_size})

@@ -1,0 +1,581 @@
+r"""S-BSVM: stochastic natural-gradient VI with inducing points (Wenzel et al. 2017, 4.2, Alg. 1).
+
+Sparse model (``specs/bsvm_inference.md`` section 4): inducing values ``u`` at locations ``Z``
+(``m`` of them), ``u ~ N(0, Kmm)``, ``p(f_i | u) = N(kappa_i u, Ktilde_ii)``; family
+``q(u) = N(mu, zeta)``, ``q(lam_i) = GIG(1/2, gamma, gamma alpha_i)``. For a minibatch ``S``
+(scale ``c = n / |S|``, which Alg. 1 omits) the local step sets
+``alpha_i = (1 - y_i kappa_i mu)^2 + kappa_i zeta kappa_i^T + Ktilde_ii`` (eq. 11) and the global
+step moves the natural parameters along the natural gradient (eqs. 9-10):
+
+.. math::
+
+    \hat\eta_1 = c\gamma\,\kappa_S^\top Y_S (1 + \alpha_S^{-1/2}), \quad
+    \hat\eta_2 = -\tfrac12 (K_{mm}^{-1} + c\gamma\,\kappa_S^\top A_S^{-1/2} \kappa_S), \quad
+    \eta \leftarrow (1 - \rho_t)\,\eta + \rho_t \hat\eta .
+
+Implementation notes:
+
+- **Whitened coordinates.** The state is ``q(v)``, ``v = L^{-1} u`` with ``L L^T = Kmm``, so
+  ``kappa_i`` becomes ``psi_i = L^{-1} K_{m i}`` and ``Kmm^{-1}`` becomes ``I``. For fixed
+  hyperparameters this is *exactly* Alg. 1 (natural parameters transform linearly under
+  ``u = L v``, so convex combinations commute with the map), but the precision
+  ``I + c gamma Psi^T A^{-1/2} Psi`` is well conditioned where ``Kmm^{-1}`` is not. Hyperparameter
+  steps hold ``q(v)`` fixed (the usual choice for SVGP); in these coordinates the KL term does
+  not depend on the hyperparameters.
+- **Memory** ``O(n d + m^2 + |S| m)``: ``kappa`` is computed per minibatch, never for all points,
+  and the full-data ELBO is accumulated over chunks of :data:`CHUNK` rows; no ``n x n`` or
+  ``n x m`` matrix exists at any time.
+- **Learning rate** (``schedules.py``): Robbins-Monro ``(t + tau)^-kappa`` (default
+  ``(t + 1)^-0.6``), the adaptive rate of Ranganath et al. 2013 (the paper's choice, which
+  converges more slowly here, see ``schedules``), a constant or any schedule.
+- **Hyperparameters** (paper eq. 12): every ``hyper_every`` steps, one Adam step on the kernel's
+  log-parameters (and the inducing locations with ``learn_inducing=True``) along ``jax.grad`` of
+  the minibatch estimate of the collapsed ELBO.
+- **Stopping**: the full-data collapsed ELBO is evaluated every ``elbo_every`` steps (the trace);
+  the run stops when the mean of the last ``elbo_window`` evaluations differs from the mean of
+  the ``elbo_window`` before by less than ``tol`` (relative; ``_svi.ElboWindow``).
+
+With ``Z`` = the training inputs, full batches and ``rho = 1`` the iteration is B-BSVM's
+coordinate ascent (``bbsvm.py``), which the tests check.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from ..._checks import boolean, nonnegative_float, positive_float, positive_int
+from ...api import register
+from ...data import Problem, check_X
+from ...kernels import DEFAULT_JITTER, Kernel
+from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
+from ...result import Fit
+from .._common import check_gamma, gaussian_idata
+from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
+from ..loop import run
+from . import elbo as elbo_mod
+from . import schedules
+from ._svi import (
+    Batches,
+    ElboWindow,
+    batches_init,
+    check_svi_options,
+    gaussian_from_precision,
+    latent_marginals,
+    natural_gradient,
+    natural_target,
+    next_batch,
+    recorded,
+    window_init,
+    window_push,
+)
+from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
+
+__all__ = [
+    "CHUNK",
+    "STORE_F_MAX_N",
+    "SBSVMData",
+    "SBSVMState",
+    "SBSVMInfo",
+    "Config",
+    "init",
+    "make_step",
+    "full_elbo",
+]
+
+CHUNK = 4096
+"""Rows per chunk when a pass over all the data is needed (ELBO, marginals, predictions)."""
+
+STORE_F_MAX_N = 5000
+"""``store_f=None`` stores draws of ``f`` at the training inputs when ``n`` is at most this."""
+
+
+class SBSVMData(NamedTuple):
+    """Traced inputs of a step.
+
+    Attributes
+    ----------
+    X : (n, d)
+    y : (n,)
+    gamma : ()
+    jitter : ()
+        Relative jitter of ``Kmm``.
+    scale : ()
+        ``n / |S|``.
+    """
+
+    X: jnp.ndarray
+    y: jnp.ndarray
+    gamma: jnp.ndarray
+    jitter: jnp.ndarray
+    scale: jnp.ndarray
+
+
+class SBSVMState(NamedTuple):
+    """State of S-BSVM.
+
+    Attributes
+    ----------
+    eta1 : (m,)
+        First natural parameter of ``q(v)``.
+    prec : (m, m)
+        Precision of ``q(v)`` (``-2 eta2``).
+    params : dict
+        Kernel hyperparameters (unconstrained).
+    Z : (m, d)
+        Inducing locations.
+    chol_Kmm : (m, m)
+        Cholesky factor of the jittered ``Kmm`` (refreshed after hyperparameter steps).
+    opt : AdamState
+        Over ``params`` (and ``Z`` when it is learned).
+    rate : learning-rate state
+    batches : Batches
+    count : () int32
+    window : ElboWindow
+        The last full-data ELBO evaluations (the stopping rule).
+    """
+
+    eta1: jnp.ndarray
+    prec: jnp.ndarray
+    params: dict
+    Z: jnp.ndarray
+    chol_Kmm: jnp.ndarray
+    opt: AdamState
+    rate: object
+    batches: Batches
+    count: jnp.ndarray
+    window: ElboWindow
+
+
+class SBSVMInfo(NamedTuple):
+    """Per-step record: ``elbo`` (NaN where not evaluated), ``delta`` (relative change of the
+    ELBO's mean over ``elbo_window`` evaluations, see ``_svi.ElboWindow``; ``inf`` elsewhere),
+    ``rho`` (learning rate), ``hyper`` (constrained kernel hyperparameters)."""
+
+    elbo: jnp.ndarray
+    delta: jnp.ndarray
+    rho: jnp.ndarray
+    hyper: dict
+
+
+class Config(NamedTuple):
+    """Static settings (hashable): they select the compiled step.
+
+    ``rate`` is the natural-gradient learning rate, ``hyper_lr`` the schedule of Adam's step
+    size (a function of the number of hyperparameter steps taken).
+    """
+
+    kernel: Kernel
+    rate: object
+    batch_size: int
+    elbo_every: int
+    learn: bool = False
+    hyper_lr: object = None
+    hyper_every: int = 10
+    learn_inducing: bool = False
+    elbo_window: int = 5
+
+
+def _chol_Kmm(kernel, params, Z, jitter):
+    Kmm = kernel.K(params, Z, Z)
+    Kmm = Kmm + jitter * jnp.mean(jnp.diag(Kmm)) * jnp.eye(Z.shape[0], dtype=Kmm.dtype)
+    return jnp.linalg.cholesky(Kmm)
+
+
+def _project(kernel, params, Z, chol_Kmm, Xb):
+    return project_whitened(kernel, params, InducingPrior(Z, None, chol_Kmm), Xb)
+
+
+def _kl_whitened(mean, chol_prec):
+    """``KL(N(mean, P^{-1}) || N(0, I))`` from the Cholesky factor of ``P``."""
+    m = mean.shape[0]
+    Linv = solve_triangular(chol_prec, jnp.eye(m, dtype=mean.dtype), lower=True)
+    return 0.5 * (jnp.sum(Linv**2) + jnp.sum(mean**2) - m
+                  + 2.0 * jnp.sum(jnp.log(jnp.diag(chol_prec))))
+
+
+def _chunks(n: int, chunk: int):
+    """Number of chunks and the (static) chunk length for ``n`` rows."""
+    size = min(chunk, n)
+    return -(-n // size), size
+
+
+def _chunk_rows(X, y, i, size):
+    """Chunk ``i``: rows ``[start, start + size)`` with ``start = min(i size, n - size)`` (the last
+    chunk overlaps its predecessor instead of being padded) and the mask of rows it owns."""
+    n = X.shape[0]
+    start = jnp.minimum(i * size, n - size)
+    Xc = jax.lax.dynamic_slice_in_dim(X, start, size)
+    yc = jax.lax.dynamic_slice_in_dim(y, start, size)
+    own = start + jnp.arange(size) >= i * size
+    return Xc, yc, own
+
+
+def full_elbo(kernel, params, Z, chol_Kmm, eta1, prec, data: SBSVMData, chunk: int = CHUNK):
+    """Collapsed ELBO over all ``n`` points, accumulated chunk by chunk (``O(chunk m)`` memory)."""
+    mean, chol_P = gaussian_from_precision(eta1, prec)
+    n_chunks, size = _chunks(data.X.shape[0], chunk)
+
+    def body(i, acc):
+        Xc, yc, own = _chunk_rows(data.X, data.y, i, size)
+        proj = _project(kernel, params, Z, chol_Kmm, Xc)
+        m, s = latent_marginals(proj.kappa, proj.ktilde, mean, chol_P)
+        terms = elbo_mod.collapsed_data_term(m, s, yc, data.gamma)
+        return acc + jnp.sum(jnp.where(own, terms, 0.0))
+
+    total = jax.lax.fori_loop(0, n_chunks, body, jnp.zeros((), mean.dtype))
+    return total - _kl_whitened(mean, chol_P)
+
+
+def _hyper_objective(hp, config: Config, Z_fixed, data: SBSVMData, idx, mean, chol_P):
+    """Minibatch estimate of the collapsed ELBO's data part as a function of the
+    hyperparameters (KL to ``N(0, I)`` does not depend on them for fixed ``q(v)``)."""
+    params, Z = hp if config.learn_inducing else (hp, Z_fixed)
+    chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
+    proj = _project(config.kernel, params, Z, chol, data.X[idx])
+    m, s = latent_marginals(proj.kappa, proj.ktilde, mean, chol_P)
+    return data.scale * jnp.sum(elbo_mod.collapsed_data_term(m, s, data.y[idx], data.gamma))
+
+
+def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
+    proj = _project(config.kernel, state.params, state.Z, state.chol_Kmm, data.X[idx])
+    m = state.eta1.shape[0]
+    target = natural_target(
+        proj.kappa, proj.ktilde, data.y[idx], jnp.eye(m, dtype=state.eta1.dtype),
+        state.eta1, state.prec, data.scale, data.gamma,
+    )
+    return natural_gradient(target, state.eta1, state.prec)
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
+    m = Z.shape[0]
+    dtype = data.X.dtype
+    chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
+    eta1, prec = jnp.zeros(m, dtype), jnp.eye(m, dtype=dtype)
+    opt = adam_init((params, Z) if config.learn_inducing else params)
+    state = SBSVMState(eta1, prec, params, Z, chol, opt, None, batches_init(key, data.X.shape[0]),
+                       jnp.zeros((), jnp.int32), None)
+    grads = []
+    for _ in range(config.rate.num_init):
+        idx, batches = next_batch(state.batches, config.batch_size)
+        state = state._replace(batches=batches)
+        grads.append(_target(config, state, data, idx)[2])
+    rate = config.rate.init(jnp.stack(grads) if grads else None)
+    value = full_elbo(config.kernel, params, Z, chol, eta1, prec, data)
+    return state._replace(rate=rate, window=window_init(config.elbo_window, value, dtype))
+
+
+def init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
+    """``q(v) = N(0, I)`` (the prior), sampler and learning-rate state, ELBO at the prior."""
+    return _init(key, params, jnp.asarray(Z, data.X.dtype), data, config)
+
+
+@functools.lru_cache(maxsize=32)
+def make_step(config: Config):
+    """The step ``(state, data) -> (state, info)`` for static settings (cached)."""
+    kernel = config.kernel
+
+    def hyper_step(state: SBSVMState, data: SBSVMData, idx):
+        mean, chol_P = gaussian_from_precision(state.eta1, state.prec)
+        hp = (state.params, state.Z) if config.learn_inducing else state.params
+        grads = jax.grad(lambda h: _hyper_objective(h, config, state.Z, data, idx, mean, chol_P))(hp)
+        hp, opt = adam_ascent(grads, hp, state.opt, config.hyper_lr(state.opt.count))
+        params, Z = hp if config.learn_inducing else (hp, state.Z)
+        chol = _chol_Kmm(kernel, params, Z, data.jitter)
+        return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
+
+    def step(state: SBSVMState, data: SBSVMData):
+        idx, batches = next_batch(state.batches, config.batch_size)
+        d1, dP, g = _target(config, state, data, idx)
+        rho, rate = config.rate.update(g, state.rate, state.count)
+        count = state.count + 1
+        state = state._replace(
+            eta1=state.eta1 + rho * d1, prec=state.prec + rho * dP, rate=rate, batches=batches,
+            count=count,
+        )
+        if config.learn:
+            state = jax.lax.cond(count % config.hyper_every == 0, hyper_step,
+                                 lambda s, d, i: s, state, data, idx)
+        evaluate = count % config.elbo_every == 0
+        value = jax.lax.cond(
+            evaluate,
+            lambda s: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec, data),
+            lambda s: jnp.full((), jnp.nan, s.eta1.dtype),
+            state,
+        )
+        window, delta = jax.lax.cond(
+            evaluate, window_push, lambda w, v: (w, jnp.full((), jnp.inf, v.dtype)),
+            state.window, value,
+        )
+        state = state._replace(window=window)
+        return state, SBSVMInfo(value, delta, rho, kernel.constrain(state.params))
+
+    return step
+
+
+def _converged(info: SBSVMInfo, tol):
+    return info.delta <= tol
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+class _Posterior(NamedTuple):
+    """The fitted ``q`` and what predictions need (device arrays)."""
+
+    params: dict
+    Z: jnp.ndarray
+    chol_Kmm: jnp.ndarray
+    mean_v: jnp.ndarray
+    chol_P: jnp.ndarray
+
+
+@functools.partial(jax.jit, static_argnames=("kernel",))
+def _latent_chunk(kernel, post: _Posterior, Xc):
+    proj = _project(kernel, post.params, post.Z, post.chol_Kmm, Xc)
+    return latent_marginals(proj.kappa, proj.ktilde, post.mean_v, post.chol_P)
+
+
+@functools.partial(jax.jit, static_argnames=("kernel",))
+def _f_draws_chunk(kernel, post: _Posterior, Xc, v_draws, key):
+    proj = _project(kernel, post.params, post.Z, post.chol_Kmm, Xc)
+    eps = jax.random.normal(key, (v_draws.shape[0], Xc.shape[0]), dtype=Xc.dtype)
+    return v_draws @ proj.kappa.T + jnp.sqrt(proj.ktilde) * eps
+
+
+def latent(kernel, post: _Posterior, X, chunk: int = CHUNK):
+    """Latent predictive mean and variance at the rows of ``X`` (spec section 5), by chunks:
+
+    ``q(f*) = N(kappa_* mu, K_** - kappa_* K_m* + kappa_* zeta kappa_*^T)``, i.e. in whitened
+    form ``N(psi_* m_v, K_** - psi_*^T psi_* + psi_*^T S psi_*)``.
+    """
+    X = jnp.asarray(X, dtype=jnp.float64)
+    means, variances = [], []
+    for start in range(0, X.shape[0], chunk):
+        m, v = _latent_chunk(kernel, post, X[start:start + chunk])
+        means.append(np.asarray(m))
+        variances.append(np.asarray(v))
+    return np.concatenate(means), np.concatenate(variances)
+
+
+def _check_Z(Z, d):
+    Z = check_X(Z, name="inducing")
+    if Z.shape[1] != d:
+        raise ValueError(f"inducing locations have {Z.shape[1]} columns but X has {d} features")
+    return Z
+
+
+def _sbsvm(
+    problem: Problem,
+    model: str,
+    *,
+    key,
+    kernel: Kernel,
+    num_inducing: int | None = None,
+    inducing="kmeans",
+    learn_inducing: bool = False,
+    batch_size: int | None = None,
+    learning_rate="robbins_monro",
+    gamma: float = 1.0,
+    learn_hyperparameters: bool = False,
+    hyper_lr=schedules.inverse_time(0.05, 50.0, 0.5),
+    hyper_every: int = 10,
+    max_iter: int = 20000,
+    tol: float = 1e-4,
+    elbo_every: int = 100,
+    elbo_window: int = 5,
+    jitter: float = DEFAULT_JITTER,
+    num_draws: int = 1000,
+    store_f: bool | None = None,
+    link: str = DEFAULT_LINK,
+) -> Fit:
+    """S-BSVM: stochastic natural-gradient VI with inducing points (Wenzel et al. 2017, Alg. 1).
+
+    Parameters
+    ----------
+    num_inducing : int, optional
+        ``m``, at most ``n``; default ``min(100, n)``. Ignored (must be None or match) when
+        ``inducing`` is an array.
+    inducing : {"kmeans", "random"} or array of shape (m, d), default="kmeans"
+        Inducing locations: k-means centres with k-means++ seeding, a random subset of the
+        inputs, or given.
+    learn_inducing : bool, default=False
+        Optimise the locations with the hyperparameters (needs ``learn_hyperparameters``).
+    batch_size : int, optional
+        Minibatch size ``|S|`` (at most ``n``); default ``min(100, n)``.
+    learning_rate : str, float, schedule or callable, default="robbins_monro"
+        ``"robbins_monro"`` (``(t + 1)^-0.6``), ``"adaptive"`` (Ranganath et al. 2013, the
+        paper's choice; slower to converge, see ``schedules``), a constant in ``(0, 1]``, an
+        object of ``ppl_bsvm.inference.vi.schedules`` or a callable ``count -> rho``.
+    gamma : float, default=1.0
+        Pseudo-likelihood temperature.
+    learn_hyperparameters : bool, default=False
+        Adam steps on the kernel's log-parameters along the ELBO gradient (paper eq. 12).
+    hyper_lr : float or schedule, default=schedules.inverse_time(0.05, 50, 0.5)
+        Adam's step size (about the change of a log-parameter per step), or a schedule of the
+        number of hyperparameter steps. The default decays as ``0.05 (1 + k / 50)^-1/2`` so that
+        the minibatch noise of the hyperparameter gradient does not keep them wandering.
+    hyper_every : int, default=10
+        Natural-gradient steps per hyperparameter step (the paper alternates 10 and 1).
+    max_iter : int, default=20000
+        Minibatch steps at most.
+    tol : float, default=1e-4
+        Stop when the mean of the last ``elbo_window`` full-data ELBO evaluations differs from
+        the mean of the ``elbo_window`` before by less than this (relative).
+    elbo_every : int, default=100
+        Evaluate the full-data ELBO every this many steps (``O(n m^2)``, in chunks).
+    elbo_window : int, default=5
+        Evaluations averaged by the stopping rule (see ``_svi.ElboWindow``).
+    jitter : float, default=1e-6
+        Relative jitter of ``Kmm``.
+    num_draws : int, default=1000
+        Draws from ``q(u)`` stored in ``idata.posterior.u`` (and of ``f``, see ``store_f``).
+    store_f : bool, optional
+        Also store draws of ``f`` at the training inputs (``num_draws x n`` numbers). Default:
+        when ``n <= STORE_F_MAX_N`` (5000). The marginals ``f_mean``, ``f_var`` are always kept
+        in the ``approximation`` group.
+    link : str, default=DEFAULT_LINK
+        Default link of ``predict_proba``.
+    """
+    n, d = problem.n, problem.d
+    gamma = check_gamma(gamma)
+    learn, hyper_lr, hyper_every = check_hyper_options(learn_hyperparameters, hyper_lr,
+                                                        hyper_every)
+    boolean("learn_inducing", learn_inducing)
+    if learn_inducing and not learn:
+        raise ValueError("learn_inducing=True needs learn_hyperparameters=True")
+    rate = schedules.as_rate(learning_rate)
+    batch_size = min(100, n) if batch_size is None else batch_size
+    batch_size, elbo_every, elbo_window, _ = check_svi_options(n, batch_size, elbo_every,
+                                                               elbo_window)
+    positive_int("max_iter", max_iter)
+    positive_float("tol", tol)
+    positive_int("num_draws", num_draws)
+    jitter = nonnegative_float("jitter", jitter)
+    check_link(link)
+    if store_f is None:
+        store_f = n <= STORE_F_MAX_N
+    boolean("store_f", store_f)
+    if isinstance(inducing, str):
+        if inducing not in INDUCING_METHODS:
+            raise ValueError(
+                f"inducing must be one of {list(INDUCING_METHODS)} or an array of shape (m, d), "
+                f"got {inducing!r}"
+            )
+        m = min(100, n) if num_inducing is None else positive_int("num_inducing", num_inducing)
+        if m > n:
+            raise ValueError(f"num_inducing={m} exceeds the number of training points n={n}")
+    else:
+        inducing = _check_Z(inducing, d)
+        m = inducing.shape[0]
+        if num_inducing is not None and num_inducing != m:
+            raise ValueError(
+                f"num_inducing={num_inducing!r} does not match the {m} given inducing locations"
+            )
+
+    t0 = time.perf_counter()
+    k_z, k_init, k_u, k_f = jax.random.split(key, 4)
+    if isinstance(inducing, str):
+        seed = int(jax.random.randint(k_z, (), 0, 2**31 - 1))
+        Z = choose_inducing(problem.X, m, method=inducing, seed=seed)
+    else:
+        Z = inducing
+    t_inducing = time.perf_counter() - t0
+    X = jnp.asarray(problem.X, dtype=jnp.float64)
+    data = SBSVMData(
+        X, jnp.asarray(problem.y, dtype=jnp.float64), jnp.asarray(gamma), jnp.asarray(jitter),
+        jnp.asarray(n / batch_size),
+    )
+    config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, hyper_every,
+                    bool(learn_inducing), elbo_window)
+    params = kernel.init_params(problem.X)
+    state = init(k_init, params, Z, data, config)
+    result = run(make_step(config), state, data, max_iter=max_iter, tol=tol,
+                 converged=_converged)
+    st = result.state
+    mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
+    post = _Posterior(st.params, st.Z, st.chol_Kmm, mean_v, chol_P)
+    value = full_elbo(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data)
+    f_mean, f_var = latent(kernel, post, X)
+    alpha = np.asarray(elbo_mod.optimal_alpha(f_mean, f_var, problem.y))
+    # q(u) = L q(v): u_mean = L m_v, u_cov = (L P_L^{-T})(L P_L^{-T})^T with P = P_L P_L^T.
+    eye = jnp.eye(m, dtype=X.dtype)
+    cov_factor_v = solve_triangular(chol_P, eye, lower=True).T
+    cov_factor_u = st.chol_Kmm @ cov_factor_v
+    v_draws = mean_v + jax.random.normal(k_u, (num_draws, m), dtype=X.dtype) @ cov_factor_v.T
+    u_draws = v_draws @ st.chol_Kmm.T
+    posterior = {"u": np.asarray(u_draws)[None]}
+    if store_f:
+        keys = jax.random.split(k_f, -(-n // CHUNK))
+        f = [np.asarray(_f_draws_chunk(kernel, post, X[s:s + CHUNK], v_draws, keys[i]))
+             for i, s in enumerate(range(0, n, CHUNK))]
+        posterior["f"] = np.concatenate(f, axis=1)[None]
+    elapsed = time.perf_counter() - t0
+
+    def _latent(Xs):
+        return latent(kernel, post, Xs)
+
+    idata = gaussian_idata(
+        posterior,
+        problem=problem,
+        coords={"inducing": np.arange(m), "input_dim": np.arange(d)},
+        approximation={
+            "u_mean": np.asarray(st.chol_Kmm @ mean_v),
+            "u_cov": np.asarray(cov_factor_u @ cov_factor_u.T),
+            "Z": np.asarray(st.Z),
+            "f_mean": f_mean,
+            "f_var": f_var,
+            "alpha": alpha,
+            "elbo": np.asarray(value),
+        },
+        attrs={"method": "svi", "model": model, "stop_reason": result.stop_reason,
+               "f_stored": int(store_f)},
+    )
+    trace = {
+        **recorded(result.infos.elbo, elbo_every),
+        "rho": result.infos.rho,
+        **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
+    }
+    return Fit(
+        idata=idata,
+        method="svi",
+        model=model,
+        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        timings={"engine": elapsed, "inducing": t_inducing},
+        trace=trace,
+        stop_reason=result.stop_reason,
+        n_iter=result.n_iter,
+        kernel=kernel,
+        kernel_params=st.params,
+        jitter=jitter,
+        options={"num_inducing": m, "batch_size": batch_size, "store_f": store_f},
+        state=st,
+    )
+
+
+_SIGNATURE = inspect.signature(_sbsvm)
+_SIGNATURE = _SIGNATURE.replace(
+    parameters=[p for p in _SIGNATURE.parameters.values() if p.name != "model"]
+)
+
+
+def _engine(model: str):
+    def engine(problem, *, key, kernel, **options):
+        return _sbsvm(problem, model, key=key, kernel=kernel, **options)
+
+    engine.__signature__ = _SIGNATURE
+    engine.__doc__ = _sbsvm.__doc__
+    engine.__name__ = engine.__qualname__ = f"sbsvm_{model}"
+    return engine
+
+
+sbsvm_gp = register("svi", ("gp",))(_engine("gp"))
+sbsvm_sparse_gp = register("svi", ("sparse_gp",))(_engine("sparse_gp"))

@@ -4,8 +4,20 @@ import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1
 
 from . import data, datasets, kernels, metrics, predictive
 from .api import fit, list_methods
+from .compare import compare, report
 from .result import Fit
 
 __version__ = "0.1.0"
 
-__all__ = ["Fit", "fit", "list_methods", "data", "datasets", "kernels", "metrics", "predictive"]
+__all__ = [
+    "Fit",
+    "compare",
+    "data",
+    "datasets",
+    "fit",
+    "kernels",
+    "list_methods",
+    "metrics",
+    "predictive",
+    "report",
+]

@@ -125,6 +125,12 @@ class GaussianPredictor:
         p = class_probability(mean, var, link or self.link, self.gamma)
         return np.asarray(p, dtype=np.float64)
 
+    def sample_latent(self, X, num_draws: int, seed: int = 0) -> np.ndarray:
+        """Draws ``(num_draws, n*)`` of ``f(x*)`` from its marginals ``N(mean, var)``."""
+        mean, var = self.latent(X)
+        z = np.random.default_rng(seed).standard_normal((num_draws, mean.size))
+        return mean + np.sqrt(np.maximum(var, 0.0)) * z
+
 
 class MixturePredictor:
     """Predictions from posterior draws: ``f* | draw s ~ N(m_s(X), v_s(X))``.
@@ -155,3 +161,12 @@ class MixturePredictor:
         means, variances = self.draws_latent_fn(X)
         p = class_probability(means, variances, link or self.link, self.gamma)
         return np.asarray(jnp.mean(p, axis=0), dtype=np.float64)
+
+    def sample_latent(self, X, num_draws: int, seed: int = 0) -> np.ndarray:
+        """Draws ``(num_draws, n*)`` of ``f(x*)``: a posterior draw, then its conditional."""
+        means, variances = self.draws_latent_fn(X)
+        means, variances = np.asarray(means), np.asarray(variances)
+        rng = np.random.default_rng(seed)
+        pick = rng.integers(0, means.shape[0], num_draws)
+        z = rng.standard_normal((num_draws, means.shape[1]))
+        return means[pick] + np.sqrt(np.maximum(variances[pick], 0.0)) * z

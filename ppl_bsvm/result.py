@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import positive_int
 from ._jax import x64
 from .data import BinaryLabels, check_X
 
@@ -117,6 +118,19 @@ class Fit:
         ndarray of shape (n*,)
         """
         return self.predictor.proba(self._check_X(X), link)
+
+    @x64
+    def sample_latent(self, X, num_draws: int = 1000, seed: int = 0) -> np.ndarray:
+        """Draws ``(num_draws, n*)`` of the latent ``f(x*)`` from the fit's predictive.
+
+        Each column has the right marginal; a Gaussian approximation's draws are independent
+        across test points (its predictor exposes marginals only), an MCMC fit's draws share
+        the posterior draw of ``f`` they condition on.
+        """
+        positive_int("num_draws", num_draws)
+        if not hasattr(self.predictor, "sample_latent"):
+            raise ValueError(f"method {self.method!r} has no latent predictive to sample")
+        return self.predictor.sample_latent(self._check_X(X), num_draws, seed)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels, in the user's labels: positive iff ``predict_proba >= 0.5``."""

@@ -1,0 +1,114 @@
+"""Fit one model several ways on a train/test split and compare the fits (CLI and demo)."""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+import ppl_bsvm
+from ppl_bsvm.compare import compare
+from ppl_bsvm.compare.report import write_report
+
+__all__ = ["Split", "split_data", "fit_methods", "run_comparison"]
+
+
+class Split(NamedTuple):
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+
+
+def split_data(X, y, test_fraction: float = 0.3, seed: int = 0, standardize: bool = True) -> Split:
+    """Stratified train/test split; features standardised with the training statistics."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    X_tr, X_te, y_tr, y_te = train_test_split(
+        np.asarray(X, dtype=float), np.asarray(y), test_size=test_fraction, random_state=seed,
+        stratify=np.asarray(y),
+    )
+    if standardize:
+        mean, sd = X_tr.mean(0), X_tr.std(0)
+        sd = np.where(sd > 0, sd, 1.0)
+        X_tr, X_te = (X_tr - mean) / sd, (X_te - mean) / sd
+    return Split(X_tr, y_tr, X_te, y_te)
+
+
+def fit_methods(split: Split, *, model: str, methods, kernel=None, seed: int = 0,
+                options: dict | None = None, progress: bool = True) -> dict:
+    """``{method: Fit}`` for each method, with a progress bar over the fits.
+
+    ``options`` maps a method name to its keyword options.
+    """
+    from tqdm.auto import tqdm
+
+    options = options or {}
+    unknown = set(options) - set(methods)
+    if unknown:
+        raise ValueError(f"options given for methods {sorted(unknown)} that are not being fitted")
+    fits = {}
+    bar = tqdm(list(methods), desc=f"fitting {model}", disable=not progress, unit="fit")
+    for method in bar:
+        bar.set_postfix_str(method)
+        fits[method] = ppl_bsvm.fit(split.X_train, split.y_train, model=model, method=method,
+                                    kernel=kernel, seed=seed, **options.get(method, {}))
+    return fits
+
+
+def run_comparison(
+    X,
+    y,
+    *,
+    model: str,
+    methods,
+    reference: str | None = None,
+    kernel=None,
+    seed: int = 0,
+    test_fraction: float = 0.3,
+    options: dict | None = None,
+    folder=None,
+    title: str = "Posterior comparison",
+    description: str = "",
+    progress: bool = True,
+):
+    """Split, fit every method, compare with the reference method and (optionally) report.
+
+    Returns
+    -------
+    table : pandas.DataFrame
+        :func:`ppl_bsvm.compare` output.
+    fits : dict method -> Fit
+    report_path : Path or None
+    """
+    methods = list(methods)
+    if len(methods) < 2:
+        raise ValueError("methods needs at least two methods: a reference and a candidate")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods has duplicates: {methods}")
+    reference = reference or methods[0]
+    if reference not in methods:
+        raise ValueError(f"reference {reference!r} is not among methods {methods}")
+    for method in methods:  # fail before any fitting if a name is wrong
+        ppl_bsvm.api.get_engine(model, method)
+    split = split_data(X, y, test_fraction, seed)
+    start = time.perf_counter()
+    fits = fit_methods(split, model=model, methods=methods, kernel=kernel, seed=seed,
+                       options=options, progress=progress)
+    candidates = {m: f for m, f in fits.items() if m != reference}
+    table = compare(fits[reference], candidates, split.X_test, split.y_test,
+                    reference_name=reference, seed=seed)
+    if folder is None:
+        return table, fits, None
+    desc = (description + "\n\n" if description else "") + (
+        f"Model `{model}`; reference `{reference}`; {len(split.y_train)} training and "
+        f"{len(split.y_test)} test points (stratified split, seed {seed}, features "
+        f"standardised with training statistics); fitting took "
+        f"{time.perf_counter() - start:.1f} s."
+    )
+    path = write_report(table, fits[reference], candidates, split.X_test, split.y_test,
+                        folder=folder, title=title, description=desc, seed=seed)
+    return table, fits, path

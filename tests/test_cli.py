@@ -1,0 +1,52 @@
+"""The ppl-bsvm command end to end on small data."""
+
+import subprocess
+import sys
+
+import pytest
+
+from ppl_bsvm.cli import main
+
+
+def test_datasets_and_methods(capsys):
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "heart" in out and "waveform" in out
+    assert main(["methods"]) == 0
+    assert "ecm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "required"),
+        (["fit"], "--dataset"),
+        (["fit", "--dataset", "nope", "--method", "ecm"], "unknown data set"),
+        (["fit", "--dataset", "heart", "--method", "magic"], "unknown method"),
+        (["fit", "--dataset", "heart", "--method", "ecm", "--option", "max_iters=3"], "unknown option"),
+        (["fit", "--dataset", "heart", "--option", "oops"], "KEY=VALUE"),
+        (["compare", "--dataset", "heart", "--methods", "ecm"], "at least two"),
+        (["fit", "--dataset", "heart", "--model", "svm"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(argv, message, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse's own errors
+        code = stop.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_fit_prints_a_summary(capsys):
+    assert main(["fit", "--dataset", "heart", "--model", "linear", "--method", "ecm",
+                 "--option", "max_iter=50"]) == 0
+    out = capsys.readouterr().out
+    assert "Fit(method='ecm', model='linear')" in out and "test: error" in out
+
+
+def test_help_everywhere():
+    for argv in (["--help"], ["fit", "--help"], ["compare", "--help"], ["datasets", "--help"]):
+        result = subprocess.run([sys.executable, "-m", "ppl_bsvm.cli", *argv], capture_output=True, text=True)
+        assert result.returncode == 0 and "usage: ppl-bsvm" in result.stdout

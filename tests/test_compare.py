@@ -1,0 +1,176 @@
+"""Distances and the comparison table against brute force and known cases."""
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+import ppl_bsvm
+from ppl_bsvm.compare import COLUMNS, POSTERIOR_METRICS, PREDICTIVE_METRICS, compare, distances
+from ppl_bsvm.predictive import GaussianPredictor
+from ppl_bsvm.result import Fit
+from ppl_bsvm._idata import make_idata
+from ppl_bsvm.data import BinaryLabels
+
+
+@pytest.fixture
+def draws(rng):
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, 0.3], [0.0, 0.3, 0.5]])
+    return rng.multivariate_normal([0.5, -1.0, 2.0], cov, size=4000)
+
+
+def test_identical_inputs_are_at_distance_zero(draws):
+    assert np.all(distances.standardized_mean_error(draws, draws) == 0)
+    np.testing.assert_allclose(distances.sd_ratio(draws, draws), 1.0)
+    m, S = distances.gaussian_fit(draws)
+    assert distances.gaussian_kl(m, S, m, S) == pytest.approx(0.0, abs=1e-12)
+    assert distances.gaussian_w2(m, S, m, S) == pytest.approx(0.0, abs=1e-6)
+    assert distances.energy_distance(draws, draws) == pytest.approx(0.0, abs=1e-12)
+    cov50 = distances.interval_coverage(draws, draws, 0.5)
+    np.testing.assert_allclose(cov50, 0.5, atol=1e-3)
+
+
+@pytest.mark.parametrize("metric", ["kl", "w2", "energy", "mean_error", "coverage"])
+def test_distances_grow_with_shift_and_shrinkage(draws, rng, metric):
+    sd = draws.std(0)
+
+    def value(shift, shrink):
+        cand = draws.mean(0) + shrink * (draws - draws.mean(0)) + shift * sd
+        cand = cand[rng.permutation(len(cand))]
+        if metric == "kl":
+            return distances.gaussian_kl(*distances.gaussian_fit(draws), *distances.gaussian_fit(cand))
+        if metric == "w2":
+            return distances.gaussian_w2(*distances.gaussian_fit(cand), *distances.gaussian_fit(draws))
+        if metric == "energy":
+            return distances.energy_distance(cand, draws, scale=sd, max_draws=800, seed=1)
+        if metric == "mean_error":
+            return distances.standardized_mean_error(cand, draws).mean()
+        return 0.9 - distances.interval_coverage(cand, draws, 0.9).mean()
+
+    base = value(0.0, 1.0)
+    assert value(0.5, 1.0) > base + 1e-3 and value(1.0, 1.0) > value(0.5, 1.0)
+    if metric != "mean_error":  # a mean error does not see a change of width
+        assert value(0.0, 0.5) > base + 1e-3 and value(0.0, 0.25) > value(0.0, 0.5)
+
+
+def test_gaussian_kl_against_numerical_integration():
+    m0, v0, m1, v1 = 0.3, 0.7, -0.4, 1.9
+    p, q = stats.norm(m0, np.sqrt(v0)), stats.norm(m1, np.sqrt(v1))
+    brute = integrate.quad(lambda x: p.pdf(x) * (p.logpdf(x) - q.logpdf(x)), -20, 20)[0]
+    assert distances.gaussian_kl([m0], [[v0]], [m1], [[v1]]) == pytest.approx(brute, rel=1e-8)
+
+
+def test_gaussian_kl_multivariate_against_monte_carlo(rng):
+    m0, S0 = np.array([0.0, 1.0]), np.array([[1.0, 0.3], [0.3, 0.5]])
+    m1, S1 = np.array([0.5, 0.0]), np.array([[2.0, -0.4], [-0.4, 1.0]])
+    x = rng.multivariate_normal(m0, S0, size=400_000)
+    terms = stats.multivariate_normal(m0, S0).logpdf(x) - stats.multivariate_normal(m1, S1).logpdf(x)
+    kl = distances.gaussian_kl(m0, S0, m1, S1)
+    assert abs(kl - terms.mean()) < 5 * terms.std() / np.sqrt(len(terms))
+
+
+def test_gaussian_w2_against_one_dimensional_quantile_formula():
+    # In 1-d, W2^2 = int_0^1 (F0^-1(u) - F1^-1(u))^2 du.
+    m0, s0, m1, s1 = 0.3, 0.8, -1.0, 2.0
+    brute = integrate.quad(lambda u: (stats.norm.ppf(u, m0, s0) - stats.norm.ppf(u, m1, s1)) ** 2, 0, 1)[0]
+    assert distances.gaussian_w2([m0], [[s0**2]], [m1], [[s1**2]]) == pytest.approx(np.sqrt(brute), rel=1e-6)
+
+
+def test_gaussian_w2_commuting_covariances():
+    # For diagonal covariances W2^2 = |dm|^2 + sum (sqrt(a) - sqrt(b))^2.
+    a, b = np.array([1.0, 4.0, 0.25]), np.array([2.0, 1.0, 0.25])
+    dm = np.array([0.1, -0.2, 0.3])
+    expected = np.sqrt(np.sum(dm**2) + np.sum((np.sqrt(a) - np.sqrt(b)) ** 2))
+    assert distances.gaussian_w2(dm, np.diag(a), np.zeros(3), np.diag(b)) == pytest.approx(expected)
+
+
+def test_energy_distance_against_brute_force(rng):
+    x, y = rng.standard_normal((60, 2)), rng.standard_normal((50, 2)) + 0.4
+    d = lambda a, b: np.mean(np.linalg.norm(a[:, None] - b[None], axis=-1))  # noqa: E731
+    brute = 2 * d(x, y) - d(x, x) - d(y, y)
+    assert distances.energy_distance(x, y, max_draws=None) == pytest.approx(brute, rel=1e-8)
+
+
+def test_coverage_of_a_narrow_candidate(rng):
+    ref = rng.standard_normal((20000, 1))
+    narrow = 0.5 * rng.standard_normal((20000, 1))
+    # the candidate's 90% interval is +-0.5*1.645: it holds P(|Z| < 0.82) of the reference
+    expected = 2 * stats.norm.cdf(0.5 * 1.6449) - 1
+    assert distances.interval_coverage(narrow, ref, 0.9)[0] == pytest.approx(expected, abs=0.01)
+
+
+def test_distance_input_validation():
+    with pytest.raises(ValueError, match="dim"):
+        distances.sd_ratio(np.ones((5, 2)), np.ones((5, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        distances.sd_ratio(np.full((5, 2), np.nan), np.ones((5, 2)))
+    with pytest.raises(ValueError, match="prob"):
+        distances.interval_coverage(np.ones((5, 1)), np.ones((5, 1)), 1.5)
+    with pytest.raises(ValueError, match="positive definite"):
+        distances.gaussian_kl([0.0], [[0.0]], [0.0], [[1.0]])
+
+
+def _gaussian_fit(mean, sd, n_draws, seed, method):
+    """A Fit whose posterior of beta is N(mean, sd^2 I) and whose latent is x^T mean."""
+    rng = np.random.default_rng(seed)
+    mean = np.asarray(mean, float)
+    draws = mean + sd * rng.standard_normal((1, n_draws, mean.size))
+    idata = make_idata({"beta": draws}, coords={"feature": [f"x{j}" for j in range(mean.size)]})
+
+    def latent(X):
+        return X @ mean, np.full(X.shape[0], sd**2 * mean.size)
+
+    return Fit(idata=idata, method=method, model="linear", predictor=GaussianPredictor(latent),
+               labels=BinaryLabels(-1, 1), n_features_in=mean.size)
+
+
+def test_compare_table_columns_and_known_values(rng):
+    ref = _gaussian_fit([1.0, -1.0], 1.0, 4000, 0, "gibbs")
+    same = _gaussian_fit([1.0, -1.0], 1.0, 4000, 1, "vi")
+    narrow = _gaussian_fit([1.5, -1.0], 0.5, 4000, 2, "vi")
+    X = rng.standard_normal((30, 2))
+    y = np.where(X[:, 0] > 0, 1, -1)
+    table = compare(ref, {"same": same, "narrow": narrow}, X, y, reference_name="gibbs")
+    assert tuple(table.columns) == COLUMNS
+    assert table.attrs["reference"] == "gibbs"
+    rows = table.set_index(["candidate", "variable"])
+    assert set(rows.index) == {("gibbs", "predictive"), ("same", "beta"), ("same", "f_test"),
+                               ("same", "predictive"), ("narrow", "beta"), ("narrow", "f_test"),
+                               ("narrow", "predictive")}
+    assert rows.loc[("narrow", "beta"), "sd_ratio"] == pytest.approx(0.5, abs=0.03)
+    assert rows.loc[("narrow", "beta"), "max_mean_error_sd"] == pytest.approx(0.5, abs=0.06)
+    assert rows.loc[("same", "beta"), "sd_ratio"] == pytest.approx(1.0, abs=0.03)
+    for metric in ("kl_forward", "kl_reverse", "w2_gauss", "energy"):
+        assert rows.loc[("narrow", "beta"), metric] > 5 * rows.loc[("same", "beta"), metric]
+    assert rows.loc[("same", "predictive"), "prob_mad"] == pytest.approx(0.0, abs=1e-12)
+    assert rows.loc[("narrow", "predictive"), "prob_mad"] > 0.01
+    assert np.all(np.isnan(table.loc[table.variable == "predictive", list(POSTERIOR_METRICS[:-1])].astype(float)))
+    assert np.all(np.isnan(table.loc[table.variable != "predictive", list(PREDICTIVE_METRICS)].astype(float)))
+    diag = table.attrs["diagnostics"]
+    assert list(diag.index) == ["beta"] and diag.loc["beta", "chains"] == 1
+
+
+def test_compare_validates(rng):
+    ref = _gaussian_fit([1.0], 1.0, 100, 0, "gibbs")
+    other = _gaussian_fit([1.0, 2.0], 1.0, 100, 0, "vi")
+    with pytest.raises(ValueError, match="shape"):
+        compare(ref, {"other": other})
+    with pytest.raises(ValueError, match="non-empty dict"):
+        compare(ref, {})
+    with pytest.raises(ValueError, match="not a Fit"):
+        compare(ref, {"x": 3})
+    with pytest.raises(ValueError, match="without X_test"):
+        compare(ref, {"same": ref}, y_test=[1])
+
+
+def test_report_writes_markdown_and_figures(tmp_path, heart):
+    X, y = heart
+    a = ppl_bsvm.fit(X[:120], y[:120], model="linear", method="ecm", num_draws=500)
+    b = ppl_bsvm.fit(X[:120], y[:120], model="linear", method="ecm", num_draws=500, gamma=0.5)
+    path = ppl_bsvm.report(a, {"tempered": b}, X[120:], y[120:], folder=tmp_path, title="t")
+    text = path.read_text()
+    for section in ("## Fits", "## Summary", "## Posterior distances", "## Predictions", "## Figures"):
+        assert section in text
+    for png in ("marginals_beta.png", "forest_beta.png", "predictive_scatter.png", "reliability.png",
+                "objective_traces.png"):
+        assert (tmp_path / png).stat().st_size > 1000 and png in text
+    assert (tmp_path / "comparison.csv").exists()

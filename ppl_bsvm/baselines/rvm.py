@@ -414,7 +414,8 @@ class _Basis(NamedTuple):
 
 def _fit_basis(kernel, X, bias):
     with jax.enable_x64(True):
-        params = kernel.init_params(X)
+        # NumPy leaves: a pickled JAX array comes back float32 in a float32 session
+        params = jax.tree.map(lambda v: np.asarray(v, dtype=np.float64), kernel.init_params(X))
         K = kernel_matrix(kernel, params, X)
     return params, design_matrix(K, bias)
 
@@ -559,6 +560,7 @@ class _RVMBase(BaseEstimator):
         self.log_marginal_likelihood_ = result.log_evidence
         self.n_iter_ = result.n_iter
         self.converged_ = result.converged
+        self.result_ = result
         self._basis = _Basis(kernel, params, X[rel], has_bias)
         self._mean = result.mean
 
@@ -602,6 +604,9 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     converged_ : bool
     kernel_ : Kernel
     kernel_params_ : dict
+    result_ : RVMResult
+        The evidence maximiser's output over the basis columns (training points, then the
+        bias): ``active``, ``alpha``, ``mean``, ``cov``, ``trace``.
 
     Examples
     --------
@@ -695,6 +700,8 @@ class RVMClassifier(ClassifierMixin, _RVMBase):
         Laplace approximation of the evidence.
     n_iter_ : int
     converged_ : bool
+    kernel_, kernel_params_, result_ :
+        As in :class:`RVMRegressor`.
     """
 
     def __sklearn_tags__(self):

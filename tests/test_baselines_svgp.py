@@ -105,17 +105,17 @@ def test_minibatches_approach_the_full_batch_solution(heart):
     full = ppl_bsvm.fit(X, y, method="svgp", kernel=kernel, num_inducing=20, step_size=1.0,
                         tol=1e-10, max_iter=300)
     mini = ppl_bsvm.fit(X, y, method="svgp", kernel=kernel, num_inducing=20, batch_size=64,
-                        step_size=0.5, decay=1.0, max_iter=2000, tol=0.0)
-    assert mini.stop_reason == "max_iter" and mini.n_iter == 2000
-    # same inducing points (same seed); with steps decaying to 0.024 the remaining minibatch
-    # noise moves probabilities by a few hundredths (measured: 0.04 at most) and the bound
-    # by a few tenths of a nat
+                        step_size=0.5, decay=1.0, delay=20.0, max_iter=1000, tol=0.0)
+    assert mini.stop_reason == "max_iter" and mini.n_iter == 1000
+    # same inducing points (same seed); with steps decaying to 0.01 the remaining minibatch
+    # noise moves probabilities by a few hundredths (measured: 0.025 at most) and the bound
+    # by a tenth of a nat (measured: 0.08)
     np.testing.assert_allclose(
         mini.idata["approximation"]["inducing_points"], full.idata["approximation"]["inducing_points"]
     )
-    np.testing.assert_allclose(mini.predict_proba(X), full.predict_proba(X), atol=0.08)
+    np.testing.assert_allclose(mini.predict_proba(X), full.predict_proba(X), atol=0.06)
     gap = float(full.idata["approximation"]["elbo"]) - float(mini.idata["approximation"]["elbo"])
-    assert -1e-6 < gap < 1.0
+    assert -1e-6 < gap < 0.5
 
 
 def test_learning_hyperparameters_raises_the_bound(toy2d):

@@ -78,7 +78,9 @@ __all__ = [
     "svm2_init",
     "svm2_step",
     "svm2_objective",
+    "svm2_converged",
     "BCMModel",
+    "bcm_combine",
     "bcm_latent",
 ]
 
@@ -221,7 +223,8 @@ def svm2_step(state: SVM2State, data: SVM2Data):
     return SVM2State(a, b, active, objective), info
 
 
-def _converged(info: SVM2Info, tol):
+def svm2_converged(info: SVM2Info, tol):
+    """Stop when no active set changed and the objective moved by at most ``tol`` (relative)."""
     return (info.changed == 0) & (info.delta <= tol)
 
 
@@ -238,27 +241,35 @@ class BCMModel(NamedTuple):
     params: dict
 
 
-def _module_query(kernel, model_i, params, Xq, L_prior):
-    """Module output ``E_i``, ``V_i = L_i^{-1} S_i K_mq`` and the whitened ``W_i``."""
-    X_i, a_i, b_i, chol_i, s_i = model_i
-    Kmq = kernel.K(params, X_i, Xq)
+def _module_query(Kmq, a_i, b_i, chol_i, s_i, L_prior):
+    """Module output ``E_i``, ``V_i = L_i^{-1} S_i K_mq`` and the whitened ``W_i = V_i L^{-T}``."""
     mean = Kmq.T @ a_i + b_i
     V = solve_triangular(chol_i, s_i[:, None] * Kmq, lower=True)
-    W = solve_triangular(L_prior, V.T, lower=True).T  # V L^{-T}
+    W = solve_triangular(L_prior, V.T, lower=True).T
     return mean, V, W
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4))
-def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float):
-    """Combined latent mean and variance at one query set ``Xq (N_Q, d)`` (module doc)."""
-    params = model.params
-    Kqq = kernel.K(params, Xq, Xq)
-    nq = Xq.shape[0]
+@functools.partial(jax.jit, static_argnums=(6, 7))
+def bcm_combine(Kqq, Kmq, a, b, chol, s, combine: str, jitter: float):
+    """Combined latent mean and variance at one query set (module docstring).
+
+    Parameters
+    ----------
+    Kqq : (N_Q, N_Q)
+        Prior covariance of the query set.
+    Kmq : (M, s, N_Q)
+        Each module's kernel between its points and the queries.
+    a, b, chol, s
+        As in :class:`BCMModel`.
+    combine : {"bcm", "average"}
+    jitter : float
+        Relative nugget of the query-set prior.
+    """
+    nq = Kqq.shape[0]
     eye_q = jnp.eye(nq, dtype=Kqq.dtype)
     P = Kqq + jitter * jnp.mean(jnp.diag(Kqq)) * eye_q
     L_prior = jnp.linalg.cholesky(P)
-    parts = (model.X, model.a, model.b, model.chol, model.s)
-    means, V, W = jax.vmap(lambda *m: _module_query(kernel, m, params, Xq, L_prior))(*parts)
+    means, V, W = jax.vmap(_module_query, in_axes=(0, 0, 0, 0, 0, None))(Kmq, a, b, chol, s, L_prior)
     if combine == "average":
         var = jnp.diag(Kqq)[None, :] - jnp.sum(V**2, axis=1)
         return jnp.mean(means, axis=0), jnp.mean(var, axis=0)
@@ -266,9 +277,9 @@ def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float)
     def information(W_i, g_i):
         """``(H_i^{-1} - I, H_i^{-1} g_i)`` for the whitened covariance ``H_i = I - W_i^T W_i``,
         through an ``s x s`` factor (Woodbury) when modules are smaller than query sets."""
-        s = W_i.shape[0]
-        if s < nq:
-            G = jnp.eye(s, dtype=W_i.dtype) - W_i @ W_i.T
+        size = W_i.shape[0]
+        if size < nq:
+            G = jnp.eye(size, dtype=W_i.dtype) - W_i @ W_i.T
             chol_G = jnp.linalg.cholesky(0.5 * (G + G.T))
             info = W_i.T @ cho_solve((chol_G, True), W_i)
             return info, g_i + info @ g_i
@@ -283,6 +294,17 @@ def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float)
     g_hat = cho_solve((R, True), jnp.sum(rhs, axis=0))
     Y = solve_triangular(R, L_prior.T, lower=True)  # cov_f = Y^T Y
     return L_prior @ g_hat, jnp.sum(Y**2, axis=0)
+
+
+def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float):
+    """Combined latent mean and variance at the query set ``Xq (N_Q, d)``.
+
+    The kernel matrices are evaluated here and the combination is compiled once per shape
+    (not per kernel: hyperparameter values do not trigger recompilation).
+    """
+    Kqq = kernel.K(model.params, Xq, Xq)
+    Kmq = jax.vmap(lambda Xi: kernel.K(model.params, Xi, Xq))(model.X)
+    return bcm_combine(Kqq, Kmq, model.a, model.b, model.chol, model.s, combine, jitter)
 
 
 def _predict_blocks(kernel, model, X, query_size, combine, jitter):
@@ -364,7 +386,7 @@ def bcsvm(
     X_mod = jnp.asarray(problem.X[index], dtype=jnp.float64)
     K = jax.vmap(lambda Xi: gram(kernel, params, Xi, jitter))(X_mod)
     data = SVM2Data(K, jnp.asarray(problem.y[index]), jnp.asarray(valid), jnp.asarray(C))
-    result = run(svm2_step, svm2_init(data), data, max_iter=max_iter, tol=tol, converged=_converged)
+    result = run(svm2_step, svm2_init(data), data, max_iter=max_iter, tol=tol, converged=svm2_converged)
     state = result.state
     facs = jax.vmap(_support_factor, in_axes=(0, 0, None))(K, state.active, data.C)
     model = BCMModel(X_mod, state.a, state.b, facs.chol, facs.s, params)

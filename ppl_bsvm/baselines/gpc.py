@@ -55,12 +55,12 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
+from .._idata import make_idata
 from ..api import register
 from ..data import Problem
 from ..inference import gaussian
 from ..inference._common import APPROX_GROUP, gp_setup
 from ..inference.loop import relative_change, run
-from .._idata import make_idata
 from ..kernels import DEFAULT_JITTER, Kernel
 from ..result import Fit
 from ._common import LinkPredictor, check_baseline_link, posterior_draws, sklearn_seed, to_sklearn_kernel
@@ -192,7 +192,7 @@ def tilted_moments(likelihood: str, y, mu_c, var_c):
     return _logit_tilted(y, mu_c, var_c)
 
 
-@functools.partial(jnp.vectorize)
+@jnp.vectorize
 def _logit_tilted(y, mu_c, var_c):
     def log_z(m):
         return jnp.log(logistic_gaussian(y * m, var_c))
@@ -208,10 +208,9 @@ def ep_init(data: GPCData) -> EPState:
     return EPState(zeros, zeros, data.K, zeros, jnp.asarray(-jnp.inf, dtype=data.K.dtype))
 
 
-def _cavity(state_tau, state_nu, Sigma_diag, mu):
-    tau_c = 1.0 / Sigma_diag - state_tau
-    nu_c = mu / Sigma_diag - state_nu
-    return tau_c, nu_c
+def _cavity(tau, nu, Sigma_diag, mu):
+    """Cavity natural parameters: ``q(f_i)`` with site ``i`` divided out."""
+    return 1.0 / Sigma_diag - tau, mu / Sigma_diag - nu
 
 
 def ep_log_marginal(likelihood: str, data: GPCData, tau, nu, Sigma, mu, fac):
@@ -236,8 +235,7 @@ def ep_step(state: EPState, data: GPCData, likelihood: str):
     def site(i, carry):
         tau, nu, Sigma, mu = carry
         s_ii = Sigma[i, i]
-        tau_c = 1.0 / s_ii - tau[i]
-        nu_c = mu[i] / s_ii - nu[i]
+        tau_c, nu_c = _cavity(tau[i], nu[i], s_ii, mu[i])
         _, m_hat, v_hat = tilted_moments(likelihood, data.y[i], nu_c / tau_c, 1.0 / tau_c)
         tau_new = jnp.maximum(1.0 / v_hat - tau_c, 0.0)
         nu_new = m_hat / v_hat - nu_c

@@ -185,9 +185,18 @@ def _action_gains(S, Q, alpha, in_model, allow_delete):
 
 
 def _fast_converged(new_alpha, alpha, theta, in_model, tol):
-    if np.any(~in_model & (theta > 0)) or np.any(in_model & (theta <= 0)):
+    """Nothing to add or delete, and no re-estimation moves ``log alpha`` by ``tol`` or more.
+
+    The last basis function is never deleted (the model needs one), so its ``theta <= 0``
+    does not block convergence.
+    """
+    if np.any(~in_model & (theta > 0)):
         return False
-    change = np.abs(np.log(new_alpha[in_model]) - np.log(alpha[in_model]))
+    deletable = in_model & (theta <= 0)
+    if np.any(deletable) and np.sum(in_model) > 1:
+        return False
+    keep = in_model & (theta > 0)
+    change = np.abs(np.log(new_alpha[keep]) - np.log(alpha[keep]))
     return bool(np.all(change < tol))
 
 

@@ -23,3 +23,15 @@ __all__ = [
     "models",
     "predictive",
 ]
+__all__ += ["RVMRegressor", "RVMClassifier"]
+
+_LAZY = {"RVMRegressor": "ppl_bsvm.baselines.rvm", "RVMClassifier": "ppl_bsvm.baselines.rvm"}
+
+
+def __getattr__(name):
+    # The baselines pull in scikit-learn; import them on first use only.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ppl_bsvm' has no attribute {name!r}")

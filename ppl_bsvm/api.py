@@ -68,11 +68,7 @@ def _load_engines() -> None:
     if _loaded:
         return
     for name in _ENGINE_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as err:  # a later package not written yet
-            if err.name != name:
-                raise
+        importlib.import_module(name)
     _loaded = True
 
 

@@ -1,0 +1,18 @@
+"""The classical systems the Bayesian SVM is compared with, behind the same ``fit`` face.
+
+Importing this package registers, for the GP model (``ppl_bsvm.fit(X, y, method=NAME)``):
+
+- ``platt``: SVM (libsvm) + Platt scaling (:mod:`.platt`);
+- ``gpc``: GP classification in JAX, Laplace or EP, probit or logit (:mod:`.gpc`);
+- ``gpc_sklearn``: scikit-learn's Laplace ``GaussianProcessClassifier`` (:mod:`.gpc`);
+- ``svgp``: sparse variational GP classification of Hensman et al. 2015 (:mod:`.svgp`; also
+  under ``model="sparse_gp"``);
+- ``bcsvm``: the Bayesian committee SVM of Schwaighofer & Tresp (:mod:`.bcsvm`);
+- ``rvm``: the relevance vector machine classifier (:mod:`.rvm`), whose regression and
+  classification estimators are :class:`RVMRegressor` and :class:`RVMClassifier`.
+"""
+
+from . import bcsvm, gpc, platt, rvm, svgp  # noqa: F401
+from .rvm import RVMClassifier, RVMRegressor
+
+__all__ = ["RVMRegressor", "RVMClassifier"]

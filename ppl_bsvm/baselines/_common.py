@@ -1,0 +1,212 @@
+"""Pieces the baselines share: predictors, idata without a posterior, kernels for scikit-learn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jax.scipy.linalg import cho_solve
+
+from .._checks import one_of
+from ..data import Problem
+from ..kernels import (
+    RBF,
+    Constant,
+    Kernel,
+    Linear,
+    Matern32,
+    Matern52,
+    Polynomial,
+    Product,
+    Sum,
+)
+from ..predictive import LINKS, GaussianPredictor, class_probability
+from ..inference.gaussian import NoisyFactor
+from ._likelihoods import logistic_gaussian
+
+__all__ = [
+    "BASELINE_LINKS",
+    "LinkPredictor",
+    "ScorePredictor",
+    "sklearn_seed",
+    "fit_idata",
+    "posterior_draws",
+    "to_sklearn_kernel",
+    "kernel_matrix",
+]
+
+BASELINE_LINKS = (*LINKS, "logit")
+"""The links of :mod:`ppl_bsvm.predictive` plus ``"logit"``: ``E[sigmoid(f)]`` under the
+latent Gaussian, the exact predictive of a logistic-likelihood model."""
+
+
+def check_baseline_link(link) -> str:
+    return one_of("link", link, BASELINE_LINKS)
+
+
+class LinkPredictor(GaussianPredictor):
+    """A :class:`~ppl_bsvm.predictive.GaussianPredictor` that also knows the ``"logit"`` link.
+
+    Parameters
+    ----------
+    latent_fn : callable
+        ``X (n*, d) -> (mean (n*,), var (n*,))``.
+    link : str, default="probit"
+        One of :data:`BASELINE_LINKS`.
+    gamma : float, default=1.0
+    """
+
+    def __init__(self, latent_fn: Callable, link: str = "probit", gamma: float = 1.0):
+        self.latent_fn = latent_fn
+        self.link = check_baseline_link(link)
+        self.gamma = gamma
+
+    def proba(self, X, link: str | None = None):
+        link = check_baseline_link(link or self.link)
+        mean, var = self.latent(X)
+        if link == "logit":
+            return np.asarray(logistic_gaussian(mean, var), dtype=np.float64)
+        return np.asarray(class_probability(mean, var, link, self.gamma), dtype=np.float64)
+
+
+class ScorePredictor:
+    """Probabilities from a score without a latent Gaussian (SVM + Platt scaling).
+
+    ``latent`` raises: there is no posterior over the latent function, only the SVM's decision
+    value. ``decision_function`` gives that value and ``proba`` the calibrated probability.
+
+    Parameters
+    ----------
+    decision_fn : callable
+        ``X (n*, d) -> score (n*,)``.
+    proba_fn : callable
+        ``score (n*,) -> P(y = +1) (n*,)``.
+    name : str
+        The method, for error messages.
+    """
+
+    def __init__(self, decision_fn: Callable, proba_fn: Callable, name: str):
+        self.decision_fn = decision_fn
+        self.proba_fn = proba_fn
+        self.name = name
+        self.link = name
+
+    def decision_function(self, X) -> np.ndarray:
+        return np.asarray(self.decision_fn(X), dtype=np.float64)
+
+    def latent(self, X):
+        raise NotImplementedError(
+            f"method {self.name!r} has no latent Gaussian (no posterior over f); use "
+            "predict_proba, or fit.predictor.decision_function(X) for the SVM score"
+        )
+
+    def proba(self, X, link: str | None = None):
+        if link is not None and link != self.name:
+            raise ValueError(
+                f"link={link!r} needs a latent Gaussian; method {self.name!r} has only its "
+                "calibrated score (call predict_proba without link)"
+            )
+        return np.asarray(self.proba_fn(self.decision_function(X)), dtype=np.float64)
+
+
+def sklearn_seed(key) -> int:
+    """A 31-bit integer seed for scikit-learn, drawn from a JAX key."""
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+def _dataset(values: dict, dims: dict, coords: dict) -> xr.Dataset:
+    data_vars = {}
+    for name, value in values.items():
+        arr = np.asarray(value)
+        var_dims = dims.get(name, [f"{name}_dim_{i}" for i in range(arr.ndim)])
+        if len(var_dims) != arr.ndim:
+            raise ValueError(f"{name}: dims {var_dims} do not match shape {arr.shape}")
+        data_vars[name] = (tuple(var_dims), arr)
+    used = {d for ds, _ in data_vars.values() for d in ds}
+    return xr.Dataset(data_vars, coords={k: v for k, v in coords.items() if k in used})
+
+
+def fit_idata(problem: Problem, groups: dict[str, dict], *, dims=None, coords=None, attrs=None):
+    """A DataTree for a fit without posterior draws: ``observed_data`` plus named groups.
+
+    Used by the point-estimate baselines (SVM + Platt, BC-SVM): they have no posterior over
+    ``f`` to draw from, so the tree holds the training labels and the fitted quantities only.
+    """
+    coords = {"obs": np.arange(problem.n), **(coords or {})}
+    dims = {"y": ["obs"], **(dims or {})}
+    tree = {"observed_data": xr.DataTree(_dataset({"y": problem.y}, dims, coords))}
+    for group, values in groups.items():
+        tree[group] = xr.DataTree(_dataset(values, dims, coords))
+    dt = xr.DataTree(children=tree)
+    if attrs:
+        dt.attrs.update({k: v for k, v in attrs.items() if v is not None})
+    return dt
+
+
+def posterior_draws(key, K, fac: NoisyFactor, mean, num_draws: int):
+    r"""Draws of :math:`N(\text{mean}, K - K S B^{-1} S K)`, ``B = I + S K S``, as ``(1, S, n)``.
+
+    The posterior of a GP with Gaussian sites of precision ``s**2`` (Laplace: ``W``; EP: the
+    site precisions). Matheron's rule, without factorising the (nearly singular) covariance:
+    ``f = mean + f0 - K S B^{-1} (S f0 + z)`` with ``f0 ~ N(0, K)``, ``z ~ N(0, I)``;
+    ``Cov(S f0 + z) = B`` gives covariance ``K - K S B^{-1} S K``.
+    """
+    k0, k1 = jax.random.split(key)
+    n = K.shape[0]
+    f0 = jnp.linalg.cholesky(K) @ jax.random.normal(k0, (n, num_draws), dtype=K.dtype)
+    z = jax.random.normal(k1, (n, num_draws), dtype=K.dtype)
+    s = fac.s[:, None]
+    correction = K @ (s * cho_solve((fac.chol, True), s * f0 + z))
+    return np.asarray((mean[:, None] + f0 - correction).T)[None]
+
+
+def kernel_matrix(kernel: Kernel, params, X1, X2=None) -> np.ndarray:
+    """``k(X1, X2)`` as a float64 NumPy array (for scikit-learn's precomputed kernels)."""
+    X1 = jnp.asarray(X1, dtype=jnp.float64)
+    X2 = X1 if X2 is None else jnp.asarray(X2, dtype=jnp.float64)
+    return np.asarray(kernel.K(params, X1, X2), dtype=np.float64)
+
+
+def to_sklearn_kernel(kernel: Kernel, params):
+    """The scikit-learn kernel equal to ``kernel`` at ``params``, hyperparameters fixed.
+
+    RBF (isotropic or ARD) -> ``ConstantKernel(variance) * RBF(lengthscale)``; Matern 3/2, 5/2
+    -> ``Matern(nu=1.5 / 2.5)``; Linear -> ``ConstantKernel * DotProduct(sigma_0=0)``;
+    Polynomial ``(a x.x' + c)^p`` -> ``(ConstantKernel(a) * DotProduct(sqrt(c/a)))**p``;
+    Constant, sums and products recursively. The sigmoid kernel has no scikit-learn
+    counterpart (and is not a covariance), so it raises ``ValueError``.
+    """
+    from sklearn.gaussian_process import kernels as sk
+
+    def const(value):
+        return sk.ConstantKernel(float(value), constant_value_bounds="fixed")
+
+    if isinstance(kernel, Sum):
+        return to_sklearn_kernel(kernel.k1, params["k1"]) + to_sklearn_kernel(kernel.k2, params["k2"])
+    if isinstance(kernel, Product):
+        return to_sklearn_kernel(kernel.k1, params["k1"]) * to_sklearn_kernel(kernel.k2, params["k2"])
+    p = {k: np.asarray(v, dtype=np.float64) for k, v in kernel.constrain(params).items()}
+    if isinstance(kernel, (RBF, Matern32, Matern52)):
+        ell = p["lengthscale"]
+        ell = float(ell) if ell.ndim == 0 else ell
+        if isinstance(kernel, RBF):
+            base = sk.RBF(length_scale=ell, length_scale_bounds="fixed")
+        else:
+            nu = 1.5 if isinstance(kernel, Matern32) else 2.5
+            base = sk.Matern(length_scale=ell, length_scale_bounds="fixed", nu=nu)
+        return const(p["variance"]) * base
+    if isinstance(kernel, Linear):
+        return const(p["variance"]) * sk.DotProduct(sigma_0=0.0, sigma_0_bounds="fixed")
+    if isinstance(kernel, Polynomial):
+        a, c = float(p["scale"]), float(p["offset"])
+        dot = sk.DotProduct(sigma_0=np.sqrt(c / a), sigma_0_bounds="fixed")
+        return sk.Exponentiation(const(a) * dot, kernel.degree)
+    if isinstance(kernel, Constant):
+        return const(p["value"])
+    raise ValueError(
+        f"kernel {type(kernel).__name__} has no scikit-learn Gaussian-process counterpart "
+        "(the sigmoid kernel is not a covariance function); use method='gpc' or another kernel"
+    )

@@ -1,0 +1,122 @@
+r"""SVM with Platt scaling: the classical way to get probabilities from an SVM.
+
+A 1-norm soft-margin SVM (scikit-learn's ``SVC``, libsvm) on the same kernel as the Bayesian
+models, passed as a precomputed Gram matrix so that every ``ppl_bsvm.kernels`` kernel is used
+exactly; then Platt's (1999) sigmoid
+
+.. math:: P(y = +1 \mid x) = \frac{1}{1 + \exp(A\, s(x) + B)}
+
+fitted to out-of-fold decision values :math:`s(x)` by ``CalibratedClassifierCV(SVC(),
+ensemble=False)`` (``cv``-fold cross-validated decisions, then the SVM refitted on all the
+data). This replaces ``SVC(probability=True)``, deprecated in scikit-learn 1.9. ``A < 0`` on any
+sensible problem, so the probability increases with the SVM score.
+
+There is no posterior: the ``Fit`` has no ``posterior`` group and ``predict_latent`` raises.
+``fit.idata`` holds the training labels (``observed_data``) and, in the ``svm`` group, what
+was fitted: ``dual_coef`` (``alpha_i y_i`` on ``obs``, 0 off the support vectors),
+``decision`` (``s(x_i)`` on ``obs``), ``intercept``, ``platt_a`` and ``platt_b``.
+``fit.predictor.decision_function(X)`` gives the SVM score and ``fit.state`` the fitted
+``CalibratedClassifierCV``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from .._checks import positive_float, positive_int
+from ..api import register
+from ..data import Problem
+from ..kernels import Kernel
+from ..result import Fit
+from ._common import ScorePredictor, fit_idata, kernel_matrix, sklearn_seed
+
+__all__ = ["platt"]
+
+
+@register("platt", ("gp",))
+def platt(
+    problem: Problem,
+    *,
+    key,
+    kernel: Kernel,
+    C: float = 1.0,
+    cv: int = 5,
+) -> Fit:
+    """SVM (libsvm, 1-norm soft margin) with Platt scaling by cross-validated calibration.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Soft-margin constant of ``SVC``: ``min ||w||^2 / 2 + C sum_i xi_i``.
+    cv : int, default=5
+        Folds of the stratified cross-validation producing the decision values the sigmoid
+        is fitted to (shuffled with the fit's seed).
+    """
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.svm import SVC
+
+    C = positive_float("C", C)
+    cv = positive_int("cv", cv, minimum=2)
+    counts = np.unique(problem.y, return_counts=True)[1]
+    if counts.min() < cv:
+        raise ValueError(
+            f"cv={cv} folds need at least {cv} points of each class; the smaller class has "
+            f"{counts.min()}"
+        )
+    t0 = time.perf_counter()
+    params = kernel.init_params(problem.X)
+    K = kernel_matrix(kernel, params, problem.X)
+    folds = StratifiedKFold(cv, shuffle=True, random_state=sklearn_seed(key))
+    model = CalibratedClassifierCV(
+        SVC(kernel="precomputed", C=C), method="sigmoid", cv=folds, ensemble=False
+    )
+    model.fit(K, problem.y)
+    calibrated = model.calibrated_classifiers_[0]
+    svc = calibrated.estimator
+    sigmoid = calibrated.calibrators[0]
+    a, b = float(sigmoid.a_), float(sigmoid.b_)
+    support = svc.support_
+    dual = svc.dual_coef_[0]
+    intercept = float(svc.intercept_[0])
+    X_support = problem.X[support]
+    elapsed = time.perf_counter() - t0
+
+    def decision(Xs):
+        with jax.enable_x64(True):
+            return kernel_matrix(kernel, params, Xs, X_support) @ dual + intercept
+
+    def proba(score):
+        # scikit-learn's sigmoid convention: P(+1) = 1 / (1 + exp(a s + b))
+        return 1.0 / (1.0 + np.exp(np.clip(a * score + b, -700.0, 700.0)))
+
+    dual_full = np.zeros(problem.n)
+    dual_full[support] = dual
+    idata = fit_idata(
+        problem,
+        {
+            "svm": {
+                "dual_coef": dual_full,
+                "decision": K[:, support] @ dual + intercept,
+                "intercept": intercept,
+                "platt_a": a,
+                "platt_b": b,
+            }
+        },
+        dims={"dual_coef": ["obs"], "decision": ["obs"]},
+        attrs={"method": "platt", "model": "gp", "n_support": int(support.size)},
+    )
+    return Fit(
+        idata=idata,
+        method="platt",
+        model="gp",
+        predictor=ScorePredictor(decision, proba, "platt"),
+        timings={"engine": elapsed},
+        kernel=kernel,
+        kernel_params=params,
+        jitter=0.0,
+        state=model,
+    )

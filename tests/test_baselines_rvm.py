@@ -1,0 +1,132 @@
+"""RVM: a noisy sinc from a handful of relevance vectors, evidence formulas checked densely."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import ppl_bsvm
+from ppl_bsvm import RVMClassifier, RVMRegressor, kernels
+from ppl_bsvm.baselines.rvm import design_matrix
+
+KERNEL = kernels.RBF(lengthscale=2.0)
+
+
+@pytest.fixture(scope="module")
+def sinc():
+    r = np.random.default_rng(0)
+    x = np.sort(r.uniform(-10, 10, 100))[:, None]
+    t = np.sinc(x[:, 0] / np.pi) + 0.1 * r.standard_normal(100)
+    return x, t
+
+
+@pytest.fixture(scope="module", params=["fast", "reestimate"])
+def fitted(request, sinc):
+    x, t = sinc
+    return RVMRegressor(KERNEL, algorithm=request.param).fit(x, t)
+
+
+def test_recovers_noisy_sinc_with_few_relevance_vectors(fitted, sinc):
+    x, t = sinc
+    grid = np.linspace(-10, 10, 201)[:, None]
+    truth = np.sinc(grid[:, 0] / np.pi)
+    assert fitted.converged_
+    # measured: 5 (fast) and 5 (re-estimation) relevance vectors, RMSE 0.038 / 0.040
+    assert len(fitted.relevance_) <= 10
+    assert np.sqrt(np.mean((fitted.predict(grid) - truth) ** 2)) < 0.06
+    assert 0.07 < 1 / np.sqrt(fitted.beta_) < 0.13  # the noise sd is 0.1
+    assert np.array_equal(fitted.relevance_vectors_, x[fitted.relevance_])
+
+
+def test_evidence_is_the_gaussian_marginal_likelihood(fitted, sinc):
+    x, t = sinc
+    # log N(t; 0, 1/beta I + Phi_M A^-1 Phi_M^T), evaluated densely by scipy
+    state = fitted.result_
+    Phi = design_matrix(np.exp(-0.5 * (x - x.T) ** 2 / 4.0), True)[:, state.active]
+    C = np.eye(100) / fitted.beta_ + (Phi / state.alpha) @ Phi.T
+    dense = stats.multivariate_normal(np.zeros(100), C).logpdf(t)
+    assert fitted.log_marginal_likelihood_ == pytest.approx(dense, rel=1e-10)
+
+
+def test_stationary_point_of_the_evidence(fitted, sinc):
+    x, t = sinc
+    state = fitted.result_
+    Phi = design_matrix(np.exp(-0.5 * (x - x.T) ** 2 / 4.0), True)
+    PM = Phi[:, state.active]
+    C = np.eye(100) / fitted.beta_ + (PM / state.alpha) @ PM.T
+    Ci = np.linalg.inv(C)
+    S = np.einsum("ij,ik,kj->j", Phi, Ci, Phi)
+    Q = Phi.T @ Ci @ t
+    on = np.zeros(Phi.shape[1], bool)
+    on[state.active] = True
+    a = np.full(Phi.shape[1], np.inf)
+    a[state.active] = state.alpha
+    with np.errstate(invalid="ignore"):  # inf / inf off the model, replaced by S, Q
+        s = np.where(on, a * S / (a - S), S)
+        q = np.where(on, a * Q / (a - S), Q)
+    if fitted.algorithm == "fast":
+        # Tipping & Faul: alpha_i = s_i^2 / (q_i^2 - s_i) in the model, q_i^2 <= s_i outside
+        np.testing.assert_allclose(state.alpha, s[on] ** 2 / (q[on] ** 2 - s[on]), rtol=1e-4)
+        assert np.all(q[~on] ** 2 <= s[~on] * (1 + 1e-6))
+    else:
+        # the re-estimation fixed point alpha = gamma / m^2
+        gamma = 1 - state.alpha * np.diag(state.cov)
+        np.testing.assert_allclose(state.alpha, gamma / state.mean**2, rtol=1e-4)
+
+
+def test_predictive_variance_away_from_the_data(sinc):
+    x, t = sinc
+    plain = RVMRegressor(KERNEL).fit(x, t)
+    healed = RVMRegressor(KERNEL, augment=True).fit(x, t)
+    inside, far = np.array([[0.0], [3.3]]), np.array([[25.0], [-40.0]])
+    noise = 1 / plain.beta_
+    # the RVM's own variance does not grow: far away it is the noise plus the bias weight's
+    # variance (the pathology of Rasmussen & Quinonero-Candela 2005)
+    _, sd_far = plain.predict(far, return_std=True)
+    np.testing.assert_allclose(sd_far**2, noise + plain.sigma_[-1, -1], rtol=1e-8)
+    assert np.all(sd_far < 1.2 * plain.predict(inside, return_std=True)[1].min())
+    # augmented at the test point, it grows by the prior variance k(x*, x*) = 1
+    _, sd_in = healed.predict(inside, return_std=True)
+    mean_far, sd_far = healed.predict(far, return_std=True)
+    np.testing.assert_allclose(sd_far**2, 1.0 + noise + plain.sigma_[-1, -1], rtol=1e-8)
+    assert np.all(sd_in < 0.2) and np.all(sd_far > 5 * sd_in.max())
+    grid = np.linspace(-10, 10, 101)[:, None]
+    np.testing.assert_allclose(healed.predict(grid), plain.predict(grid), atol=0.03)
+
+
+def test_classifier_is_sparse_and_consistent(heart):
+    X, y = heart
+    clf = RVMClassifier(kernels.RBF(lengthscale=4.0)).fit(X[:180], y[:180])
+    assert clf.converged_ and len(clf.relevance_) < 20
+    proba = clf.predict_proba(X[180:])
+    assert np.array_equal(clf.predict(X[180:]), clf.classes_[(proba[:, 1] >= 0.5).astype(int)])
+    assert np.mean(clf.predict(X[180:]) != y[180:]) < 0.25
+    # the Laplace mode: gradient of the log posterior vanishes
+    state = clf.result_
+    Phi = design_matrix(np.exp(-0.5 * np.sum((X[:180, None] - X[None, :180]) ** 2, -1) / 16.0), True)
+    PM = Phi[:, state.active]
+    pi = 1 / (1 + np.exp(-PM @ state.mean))
+    grad = PM.T @ ((y[:180] + 1) / 2 - pi) - state.alpha * state.mean
+    np.testing.assert_allclose(grad, 0, atol=1e-6)
+    # the same through ppl_bsvm.fit
+    fit = ppl_bsvm.fit(X[:180], y[:180], method="rvm", kernel=kernels.RBF(lengthscale=4.0))
+    np.testing.assert_allclose(fit.predict_proba(X[180:]), proba[:, 1], atol=1e-10)
+    assert fit.posterior["w"].shape == (1, 1000, len(state.active))
+
+
+def test_bad_options_name_the_argument(sinc):
+    x, t = sinc
+    with pytest.raises(ValueError, match="algorithm"):
+        RVMRegressor(algorithm="em").fit(x, t)
+    with pytest.raises(ValueError, match="kernel"):
+        RVMRegressor(kernel="gaussian").fit(x, t)
+    with pytest.raises(ValueError, match="augment"):
+        RVMRegressor(augment="yes").fit(x, t)
+    with pytest.raises(ValueError, match="max_iter"):
+        RVMClassifier(max_iter=0).fit(x, t > 0)
+
+
+@pytest.mark.slow
+@parametrize_with_checks([RVMRegressor(), RVMClassifier()])
+def test_scikit_learn_conformance(estimator, check):
+    check(estimator)

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
-from jax.scipy.linalg import cho_solve
 
 from .._checks import one_of
 from ..data import Problem
@@ -23,8 +22,8 @@ from ..kernels import (
     Product,
     Sum,
 )
+from .._idata import _dataset
 from ..predictive import LINKS, GaussianPredictor, class_probability
-from ..inference.gaussian import NoisyFactor
 from ._likelihoods import logistic_gaussian
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "ScorePredictor",
     "sklearn_seed",
     "fit_idata",
-    "posterior_draws",
     "to_sklearn_kernel",
     "kernel_matrix",
 ]
@@ -117,18 +115,6 @@ def sklearn_seed(key) -> int:
     return int(jax.random.randint(key, (), 0, 2**31 - 1))
 
 
-def _dataset(values: dict, dims: dict, coords: dict) -> xr.Dataset:
-    data_vars = {}
-    for name, value in values.items():
-        arr = np.asarray(value)
-        var_dims = dims.get(name, [f"{name}_dim_{i}" for i in range(arr.ndim)])
-        if len(var_dims) != arr.ndim:
-            raise ValueError(f"{name}: dims {var_dims} do not match shape {arr.shape}")
-        data_vars[name] = (tuple(var_dims), arr)
-    used = {d for ds, _ in data_vars.values() for d in ds}
-    return xr.Dataset(data_vars, coords={k: v for k, v in coords.items() if k in used})
-
-
 def fit_idata(problem: Problem, groups: dict[str, dict], *, dims=None, coords=None, attrs=None):
     """A DataTree for a fit without posterior draws: ``observed_data`` plus named groups.
 
@@ -144,23 +130,6 @@ def fit_idata(problem: Problem, groups: dict[str, dict], *, dims=None, coords=No
     if attrs:
         dt.attrs.update({k: v for k, v in attrs.items() if v is not None})
     return dt
-
-
-def posterior_draws(key, K, fac: NoisyFactor, mean, num_draws: int):
-    r"""Draws of :math:`N(\text{mean}, K - K S B^{-1} S K)`, ``B = I + S K S``, as ``(1, S, n)``.
-
-    The posterior of a GP with Gaussian sites of precision ``s**2`` (Laplace: ``W``; EP: the
-    site precisions). Matheron's rule, without factorising the (nearly singular) covariance:
-    ``f = mean + f0 - K S B^{-1} (S f0 + z)`` with ``f0 ~ N(0, K)``, ``z ~ N(0, I)``;
-    ``Cov(S f0 + z) = B`` gives covariance ``K - K S B^{-1} S K``.
-    """
-    k0, k1 = jax.random.split(key)
-    n = K.shape[0]
-    f0 = jnp.linalg.cholesky(K) @ jax.random.normal(k0, (n, num_draws), dtype=K.dtype)
-    z = jax.random.normal(k1, (n, num_draws), dtype=K.dtype)
-    s = fac.s[:, None]
-    correction = K @ (s * cho_solve((fac.chol, True), s * f0 + z))
-    return np.asarray((mean[:, None] + f0 - correction).T)[None]
 
 
 def kernel_matrix(kernel: Kernel, params, X1, X2=None) -> np.ndarray:

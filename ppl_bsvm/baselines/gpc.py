@@ -63,7 +63,7 @@ from ..inference._common import APPROX_GROUP, gp_setup
 from ..inference.loop import relative_change, run
 from ..kernels import DEFAULT_JITTER, Kernel
 from ..result import Fit
-from ._common import LinkPredictor, check_baseline_link, posterior_draws, sklearn_seed, to_sklearn_kernel
+from ._common import LinkPredictor, check_baseline_link, sklearn_seed, to_sklearn_kernel
 from ._likelihoods import (
     _probit_ratio,
     check_likelihood,
@@ -361,7 +361,7 @@ def gpc(
         shift = state.nu
         log_marginal = state.log_z
     f_var = gaussian.posterior_cov_diag(data.K, fac)
-    draws = posterior_draws(key, data.K, fac, f_mean, num_draws)
+    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_mean, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     X_train, params = setup.X, setup.params
@@ -465,7 +465,7 @@ def gpc_sklearn(
     f_mean = K @ grad  # at the mode f_hat = K grad log p(y | f_hat)
     fac = gaussian.NoisyFactor(jnp.asarray(laplace.L_), jnp.asarray(laplace.W_sr_))
     f_var = gaussian.posterior_cov_diag(K, fac)
-    draws = posterior_draws(key, K, fac, f_mean, num_draws)
+    draws = np.asarray(gaussian.sample_posterior(key, K, fac, f_mean, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     def _latent(Xs):

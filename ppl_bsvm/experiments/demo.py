@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 import ppl_bsvm
 from ppl_bsvm import datasets, kernels

@@ -106,18 +106,24 @@ def predict(fac: NoisyFactor, a, K_cross, k_diag):
     return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)
 
 
-def sample_posterior(key, K, fac: NoisyFactor, noise, t, num_draws: int):
-    r"""Draws of ``N(K (K + N)^{-1} t, K - K (K + N)^{-1} K)`` by Matheron's rule (spec section 6).
+def sample_posterior(key, K, fac: NoisyFactor, mean, num_draws: int):
+    r"""Draws of ``N(mean, K - K (K + N)^{-1} K)`` by Matheron's rule (spec section 6).
 
-    ``f = f0 + K (K + N)^{-1} (t - f0 - e)`` with ``f0 ~ N(0, K)``, ``e ~ N(0, N)``: one solve
-    with the existing factor and no factorisation of the (nearly singular) posterior covariance.
+    ``f = mean + f0 - K S B^{-1} (S f0 + z)`` with ``f0 ~ N(0, K)``, ``z ~ N(0, I)``,
+    ``B = I + S K S`` (the factor ``fac`` of ``K + N``, ``S = N^{-1/2}``): since
+    ``Cov(S f0 + z) = B``, the covariance is ``K - K S B^{-1} S K``. One solve with the existing
+    factor, no factorisation of the (nearly singular) posterior covariance, and sites of zero
+    precision (``s = 0``, infinite noise) are harmless. ``mean`` is the posterior mean the caller
+    already has (``K (K + N)^{-1} t`` for pseudo-observations ``t``; a Laplace or EP mode).
 
     Returns
     -------
-    ndarray of shape (num_draws, n)
+    array of shape (num_draws, n)
     """
     k0, k1 = jax.random.split(key)
     n = K.shape[0]
     f0 = jnp.linalg.cholesky(K) @ jax.random.normal(k0, (n, num_draws), dtype=K.dtype)
-    e = jnp.sqrt(noise)[:, None] * jax.random.normal(k1, (n, num_draws), dtype=K.dtype)
-    return (f0 + K @ solve(fac, t[:, None] - f0 - e)).T
+    z = jax.random.normal(k1, (n, num_draws), dtype=K.dtype)
+    s = fac.s[:, None]
+    correction = K @ (s * cho_solve((fac.chol, True), s * f0 + z))
+    return (mean[:, None] + f0 - correction).T

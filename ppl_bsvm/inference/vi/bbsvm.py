@@ -235,7 +235,7 @@ def bbsvm(
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)
     alpha, value = _collapse(q, data, st.alpha)
-    draws = gaussian.sample_posterior(key, q.K, q.fac, q.noise, q.target, num_draws)
+    draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, num_draws)
     elapsed = time.perf_counter() - t0
 
     fitted, fac, weights = st.params, q.fac, q.weights

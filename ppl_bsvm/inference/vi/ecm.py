@@ -215,7 +215,7 @@ def ecm_gp(
     lam = result.state.lam
     f_map, a, fac = _gp_cm_step(data, lam)
     f_var = gaussian.posterior_cov_diag(data.K, fac)
-    draws = _matheron_draws(key, data, fac, lam, num_draws)
+    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_map, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     X_train, params = setup.X, setup.params
@@ -248,14 +248,6 @@ def ecm_gp(
         jitter=setup.jitter,
         state=result.state,
     )
-
-
-def _matheron_draws(key, data: GPData, fac, lam, num_draws):
-    """Draws of the conditional Gaussian at the ECM point, shape ``(1, num_draws, n)``."""
-    draws = gaussian.sample_posterior(
-        key, data.K, fac, lam / data.gamma, data.y * (1.0 + lam), num_draws
-    )
-    return np.asarray(draws)[None]
 
 
 @register("ecm", ("linear",), uses_kernel=False)

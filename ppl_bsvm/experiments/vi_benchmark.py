@@ -11,7 +11,11 @@ fold's statistics, RBF kernel. Methods:
   training set, 100 for German, Splice and Waveform), raised to at least 100 (with the
   hyperparameters *learned*, 50 inducing points for Breast Cancer's 250 collapse the kernel to
   a constant function, see the report), k-means++, minibatches of :data:`BATCH`, Robbins-Monro learning rate, kernel lengthscale and
-  variance learned by the ELBO (``learn_hyperparameters=True``; the paper fixed them).
+  variance learned by the ELBO (``learn_hyperparameters=True``; the paper fixed them), and the
+  inducing locations optimised with them (``learn_inducing=True``, the paper's choice, section
+  4.2): with 100 k-means centres held fixed, the ELBO of Splice's 60 dimensions drives the
+  lengthscale to 20-50 and the error to that of the linear model (0.205 against 0.15 on
+  fold 0).
 - **B-BSVM** (``model="gp", method="vi"``), for training sets of at most :data:`BBSVM_MAX_N`
   points (``O(n^3)`` per sweep), hyperparameters learned by the ELBO.
 - **linear VI** (``model="linear", method="vi"``), prior scale learned by the ELBO.
@@ -130,7 +134,7 @@ def fit_method(method, name, X, y, *, sbsvm_fit=None, quick=False, seed=0):
     if method == "S-BSVM":
         return ppl_bsvm.fit(
             X, y, model="gp", method="svi", seed=seed, num_inducing=num_inducing(name, n),
-            batch_size=min(BATCH, n), learn_hyperparameters=True,
+            batch_size=min(BATCH, n), learn_hyperparameters=True, learn_inducing=True,
             max_iter=3000 if quick else 20000, num_draws=200,
         )
     if method == "B-BSVM":
@@ -281,7 +285,8 @@ def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed
         "Settings: S-BSVM with the paper's inducing points (20 % of the training fold, 100 for "
         "German, Splice, Waveform) raised to at least 100, by k-means++, minibatches of "
         f"{BATCH}, Robbins-Monro learning rate (t + 1)^-0.6, kernel lengthscale and variance "
-        "learned by the ELBO (the paper fixed them). B-BSVM for "
+        "learned by the ELBO (the paper fixed them) together with the inducing locations (as "
+        "the paper does). B-BSVM for "
         f"training folds of at most {BBSVM_MAX_N} points, hyperparameters learned. Linear VI "
         "with the prior scale learned. ECM with the kernel S-BSVM learned on the same fold, "
         f"for training folds of at most {ECM_MAX_N} points: each ECM iteration factorises an "
@@ -343,7 +348,7 @@ def main(argv=None) -> int:
         print(f"{NAMES[name]}:", flush=True)
         cache = out / "cache" / f"{name}.json"
         settings = {"folds": args.folds, "methods": args.methods, "quick": args.quick,
-                    "encoding": args.encoding}
+                    "encoding": args.encoding, "sbsvm": "learned kernel and inducing locations"}
         if args.reuse and cache.exists():
             saved = json.loads(cache.read_text())
             if saved["settings"] == settings:

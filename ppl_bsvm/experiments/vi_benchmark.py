@@ -67,7 +67,12 @@ PAPER = {
 BATCH = 100
 BBSVM_MAX_N = 1000
 ECM_MAX_N = 1000  # ECM factorises an n x n matrix per iteration, like B-BSVM
-INTEGER_CODED = ("breast", "german", "splice")  # categorical columns
+# Categorical columns coded as one integer each under the default encoding: the paper's
+# dimensions for Breast Cancer (9) and German (20), whose levels are mostly ordered (age and
+# size ranges, duration and amount codes). Splice stays one-hot: its 60 columns are
+# nucleotides, whose integer codes (A < C < G < T, by rank) would impose an order that does
+# not exist; with them S-BSVM's error is 0.18 (learned kernel), one-hot 0.05.
+INTEGER_CODED = ("breast", "german")
 METHODS = ("S-BSVM", "B-BSVM", "linear VI", "ECM")
 OUT = Path("reports/vi_benchmark")
 
@@ -84,7 +89,8 @@ def _levels_in_order(levels) -> list[str]:
 def load_integer_coded(name: str):
     """The data set with every categorical column coded as one integer (its level's rank), the
     encoding of the Raetsch benchmark files the paper used: Breast Cancer 9, German 20 and
-    Splice 60 features, as in Table 1 (``datasets.load`` one-hot encodes them instead)."""
+    Splice 60 features, as in Table 1 (``datasets.load`` one-hot encodes them instead). The
+    benchmark applies it to :data:`INTEGER_CODED` only."""
     frame = datasets.load_frame(name)
     _, y = datasets.load(name)
     columns = []
@@ -292,9 +298,12 @@ def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed
         f"for training folds of at most {ECM_MAX_N} points: each ECM iteration factorises an "
         "n x n matrix, and a few hundred iterations on Splice and Waveform would take hours per "
         "fold on 2 cores (the paper reports 406 s and 264 s per fold on its machine). "
-        + ("Categorical columns of Breast Cancer, German and Splice are coded as one integer "
-           "each (ranges by their lower bound, codes by rank), which gives the paper's "
-           "dimensions 9, 20 and 60. " if args.encoding == "integer" else
+        + ("Categorical columns of Breast Cancer and German are coded as one integer each "
+           "(ranges by their lower bound, codes by rank), which gives the paper's dimensions 9 "
+           "and 20; Splice's 60 nucleotide columns are one-hot encoded (287 features), because "
+           "an integer code would order A < C < G < T: integer-coded (the paper's 60 "
+           "dimensions) S-BSVM's error is 0.177 ± 0.022 and its Brier score 0.129 ± 0.015 "
+           "(10 folds, same settings). " if args.encoding == "integer" else
            "Categorical columns one-hot encoded (Breast Cancer 39, German 61, Splice 287 "
            "features; the paper: 9, 20, 60). ")
         + "Data differences from the paper: Breast Cancer has 277 rows (KEEL's cleaning; the "
@@ -327,8 +336,9 @@ def main(argv=None) -> int:
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--encoding", choices=("integer", "onehot"), default="integer",
-                        help="categorical columns of Breast Cancer, German, Splice: one integer "
-                             "code each (the paper's dimensions 9, 20, 60; default) or one-hot")
+                        help="categorical columns of Breast Cancer and German: one integer code "
+                             "each (the paper's dimensions 9 and 20; default; Splice's "
+                             "nucleotides stay one-hot) or one-hot everywhere")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OpenBLAS threads (default 1: fastest on a shared machine)")
     parser.add_argument("--out", type=Path, default=None)
@@ -348,7 +358,8 @@ def main(argv=None) -> int:
         print(f"{NAMES[name]}:", flush=True)
         cache = out / "cache" / f"{name}.json"
         settings = {"folds": args.folds, "methods": args.methods, "quick": args.quick,
-                    "encoding": args.encoding, "sbsvm": "learned kernel and inducing locations"}
+                    "encoding": args.encoding, "integer_coded": list(INTEGER_CODED),
+                    "sbsvm": "learned kernel and inducing locations"}
         if args.reuse and cache.exists():
             saved = json.loads(cache.read_text())
             if saved["settings"] == settings:

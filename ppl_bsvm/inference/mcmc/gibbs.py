@@ -112,6 +112,7 @@ __all__ = [
     "sample_lam",
     "sample_beta",
     "sample_f",
+    "overrelaxed",
     "sample_scale",
     "LinearData",
     "GPData",

@@ -220,7 +220,8 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X):
-        """Posterior mean of the latent ``f(x)`` at the rows of ``X`` (positive: ``classes_[1]``).
+        """Posterior mean of the latent ``f(x)`` at the rows of ``X`` (positive: ``classes_[1]``);
+        for methods without a latent posterior (``"platt"``) the SVM's decision value.
 
         Returns
         -------
@@ -228,6 +229,9 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        predictor = self.posterior_.predictor
+        if hasattr(predictor, "decision_function"):  # a score without a latent Gaussian (Platt)
+            return np.asarray(predictor.decision_function(X), dtype=np.float64)
         mean, _ = self.posterior_.predict_latent(X)
         return np.asarray(mean, dtype=np.float64)
 

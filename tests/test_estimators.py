@@ -214,3 +214,13 @@ def _expected_failed_checks(estimator):
 )
 def test_scikit_learn_conformance(estimator, check):
     check(estimator)
+
+
+def test_a_method_without_latent_posterior_uses_its_score():
+    """SVM + Platt has no latent Gaussian: decision_function is the SVM score, predict its sign."""
+    X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+    clf = ppl_bsvm.BayesianSVC(method="platt").fit(X[:150], y[:150])
+    score = clf.decision_function(X[150:])
+    np.testing.assert_array_equal(score, clf.posterior_.predictor.decision_function(X[150:]))
+    np.testing.assert_array_equal(clf.predict(X[150:]), clf.classes_[(score > 0).astype(int)])
+    assert clf.predict_proba(X[150:]).shape == (len(y) - 150, 2)

@@ -23,13 +23,17 @@ __all__ = [
     "models",
     "predictive",
 ]
-__all__ += ["RVMRegressor", "RVMClassifier"]
+__all__ += ["BayesianSVC", "RVMRegressor", "RVMClassifier"]
 
-_LAZY = {"RVMRegressor": "ppl_bsvm.baselines.rvm", "RVMClassifier": "ppl_bsvm.baselines.rvm"}
+_LAZY = {
+    "BayesianSVC": "ppl_bsvm.estimators",
+    "RVMRegressor": "ppl_bsvm.baselines.rvm",
+    "RVMClassifier": "ppl_bsvm.baselines.rvm",
+}
 
 
 def __getattr__(name):
-    # The baselines pull in scikit-learn; import them on first use only.
+    # The estimators pull in scikit-learn; import them on first use only.
     if name in _LAZY:
         import importlib
 

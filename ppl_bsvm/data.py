@@ -166,13 +166,20 @@ def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, Bi
             "ppl_bsvm is a binary classifier and needs exactly two"
         )
     if positive is None:
-        labels = BinaryLabels(negative=classes[0].item(), positive=classes[1].item())
+        labels = BinaryLabels(
+            negative=_python_scalar(classes[0]), positive=_python_scalar(classes[1])
+        )
     else:
         if positive not in classes.tolist():
             raise ValueError(f"positive={positive!r} is not one of the labels {classes.tolist()}")
         other = classes[0] if classes[1] == positive else classes[1]
-        labels = BinaryLabels(negative=other.item(), positive=positive)
+        labels = BinaryLabels(negative=_python_scalar(other), positive=positive)
     return labels.encode(arr), labels
+
+
+def _python_scalar(value):
+    """A NumPy scalar as the Python scalar it holds; elements of object arrays are already one."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def check_X_y(X, y, *, positive=None) -> Problem:

@@ -24,6 +24,15 @@ def test_labels_of_any_type_map_to_pm1_and_back(labels, negative, positive):
     np.testing.assert_array_equal(problem.labels.decode(problem.y), np.asarray(labels))
 
 
+def test_object_dtype_labels_map_to_pm1():
+    # pandas string columns and sklearn's checks pass labels as an object array of str
+    labels = np.array(["one", "two", "two", "one", "one", "two"], dtype=object)
+    problem = check_X_y(X_OK, labels)
+    assert problem.labels == BinaryLabels("one", "two")
+    np.testing.assert_array_equal(problem.y, [-1, 1, 1, -1, -1, 1])
+    assert check_X_y(X_OK, labels, positive="one").labels == BinaryLabels("two", "one")
+
+
 def test_positive_label_can_be_chosen():
     problem = check_X_y(X_OK, ["a", "b", "b", "a", "a", "b"], positive="a")
     assert problem.labels.positive == "a"

@@ -89,7 +89,8 @@ def check_kernel_matrix(K, kernel: Kernel, jitter: float) -> None:
     if eig[0] < -1e-8 * scale * K.shape[0]:
         raise ValueError(
             f"the kernel matrix of {kernel!r} (jitter={jitter:g}, relative) is not positive "
-            f"semi-definite (smallest eigenvalue {eig[0]:.3g}, largest {eig[-1]:.3g}); use a "
+            f"definite, not even semi-definite (smallest eigenvalue {eig[0]:.3g}, largest "
+            f"{eig[-1]:.3g}); use a "
             "positive-definite kernel (the sigmoid kernel is not one) or other kernel parameters"
         )
 

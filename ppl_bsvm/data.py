@@ -157,7 +157,8 @@ def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, Bi
         raise ValueError(f"{name} has labels of mixed, unorderable types: {err}") from None
     if classes.size == 1:
         raise ValueError(
-            f"{name} has only one class ({classes[0]!r}); binary classification needs two"
+            f"{name} has only one class ({_python_scalar(classes[0])!r}); binary classification "
+            "needs two"
         )
     if classes.size > 2:
         shown = classes[:6].tolist()

@@ -18,6 +18,7 @@ __all__ = [
     "GPSetup",
     "LinearSetup",
     "check_gamma",
+    "check_kernel_matrix",
     "gaussian_idata",
     "gp_setup",
     "linear_setup",
@@ -57,7 +58,41 @@ def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:
     y = jnp.asarray(problem.y, dtype=jnp.float64)
     params = kernel.init_params(problem.X)
     K = gram(kernel, params, X, jitter)
+    check_kernel_matrix(K, kernel, jitter)
     return GPSetup(X, y, params, K, jitter)
+
+
+def check_kernel_matrix(K, kernel: Kernel, jitter: float) -> None:
+    """Raise ``ValueError`` naming the kernel and jitter if ``K`` is not a valid covariance.
+
+    ``K`` must be finite and positive semi-definite: a Cholesky factorisation that succeeds
+    proves it; when it fails, the smallest eigenvalue decides, so that a singular but PSD
+    ``K`` (duplicated inputs with ``jitter=0``) passes, since the engines that solve in the
+    ``I + S K S`` form handle it, while an indefinite one (e.g. a ``Sigmoid`` kernel) stops
+    here instead of turning into NaN probabilities. Skipped under tracing.
+    """
+    if isinstance(K, jax.core.Tracer):
+        return
+    K = np.asarray(K, dtype=np.float64)
+    if not np.all(np.isfinite(K)):
+        raise ValueError(
+            f"the kernel matrix of {kernel!r} has non-finite entries; check the kernel "
+            "parameters (overflow from an extreme lengthscale or scale?)"
+        )
+    try:
+        np.linalg.cholesky(K)
+        return
+    except np.linalg.LinAlgError:
+        pass
+    eig = np.linalg.eigvalsh(K)
+    scale = max(float(np.max(np.abs(eig))), np.finfo(np.float64).tiny)
+    if eig[0] < -1e-8 * scale * K.shape[0]:
+        raise ValueError(
+            f"the kernel matrix of {kernel!r} (jitter={jitter:g}, relative) is not positive "
+            f"definite, not even semi-definite (smallest eigenvalue {eig[0]:.3g}, largest "
+            f"{eig[-1]:.3g}); use a "
+            "positive-definite kernel (the sigmoid kernel is not one) or other kernel parameters"
+        )
 
 
 def linear_setup(problem: Problem, intercept: bool) -> LinearSetup:

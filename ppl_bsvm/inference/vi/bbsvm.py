@@ -44,7 +44,7 @@ from ...kernels import DEFAULT_JITTER, Kernel, gram
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .. import gaussian
-from .._common import check_gamma, gaussian_idata
+from .._common import check_gamma, check_kernel_matrix, gaussian_idata
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
 from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
@@ -229,6 +229,7 @@ def bbsvm(
         jnp.asarray(jitter),
     )
     params = kernel.init_params(problem.X)
+    check_kernel_matrix(gram(kernel, params, X, jitter), kernel, jitter)
     step = make_step(kernel, hyper_lr if learn else None)
     result = run(step, init(kernel, params, data), data, max_iter=max_iter, tol=tol,
                  converged=_converged)

@@ -189,6 +189,22 @@ def _chol_Kmm(kernel, params, Z, jitter):
     return jnp.linalg.cholesky(Kmm)
 
 
+def _check_Kmm(kernel, params, Z, jitter) -> None:
+    """``ValueError`` naming kernel, jitter and inducing points when ``K_mm`` has no Cholesky.
+
+    Every q(u) update whitens with ``chol(K_mm)``, so an indefinite kernel (``Sigmoid``) or
+    coinciding inducing points with ``jitter=0`` would otherwise give NaN probabilities.
+    """
+    chol = _chol_Kmm(kernel, params, jnp.asarray(Z, dtype=jnp.float64), jitter)
+    if not bool(jnp.all(jnp.isfinite(chol))):
+        raise ValueError(
+            f"the inducing-point kernel matrix K_mm of {kernel!r} (m={Z.shape[0]} inducing "
+            f"points, jitter={jitter:g}, relative) is not positive definite; use a "
+            "positive-definite kernel (the sigmoid kernel is not one), increase jitter, or "
+            "use fewer / distinct inducing points"
+        )
+
+
 def _project(kernel, params, Z, chol_Kmm, Xb):
     return project_whitened(kernel, params, InducingPrior(Z, None, chol_Kmm), Xb)
 
@@ -497,6 +513,7 @@ def _sbsvm(
     config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, hyper_every,
                     bool(learn_inducing), elbo_window)
     params = kernel.init_params(problem.X)
+    _check_Kmm(kernel, params, Z, jitter)
     state = init(k_init, params, Z, data, config)
     result = run(make_step(config), state, data, max_iter=max_iter, tol=tol,
                  converged=_converged)

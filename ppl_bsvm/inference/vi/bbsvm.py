@@ -108,8 +108,6 @@ class OptimalQ(NamedTuple):
     K: jnp.ndarray  # (n, n)
     fac: gaussian.NoisyFactor
     weights: jnp.ndarray  # (n,) (K + N)^{-1} t
-    noise: jnp.ndarray  # (n,)
-    target: jnp.ndarray  # (n,)
     bound: jnp.ndarray  # () max_q L(q, alpha)
 
 
@@ -122,7 +120,7 @@ def optimal_q(kernel: Kernel, params, data: BBSVMData, alpha) -> OptimalQ:
     mean, a = gaussian.posterior_mean(K, fac, target)
     var = gaussian.posterior_cov_diag(K, fac)
     bound = -0.5 * jnp.dot(target, a) - jnp.sum(jnp.log(jnp.diag(fac.chol)))
-    return OptimalQ(mean, var, K, fac, a, noise, target, bound)
+    return OptimalQ(mean, var, K, fac, a, bound)
 
 
 def _collapse(q: OptimalQ, data: BBSVMData, alpha):

@@ -49,3 +49,43 @@ def test_min_iter_and_validation():
 
 def test_relative_change():
     assert float(relative_change(3.0, 1.0)) == pytest.approx(0.5)
+
+
+class Blowup(NamedTuple):
+    x: jnp.ndarray
+    scratch: jnp.ndarray  # NaN by design: not checked
+
+    nonfinite_ok = ("scratch",)
+
+
+def blow_up_at_3(state, data):
+    i = state.x + 1.0
+    x = jnp.where(i >= 3.0, jnp.nan, i)
+    return Blowup(x, state.scratch), Info(x, jnp.asarray(1.0))
+
+
+def test_a_non_finite_state_stops_the_loop_naming_the_step_iteration_and_field():
+    start = Blowup(jnp.asarray(0.0), jnp.asarray(jnp.nan))
+    with pytest.raises(FloatingPointError, match=r"blow_up_at_3 .*iteration 3 in state\.x;"):
+        run(blow_up_at_3, start, None, max_iter=10, tol=0.0, converged=small)
+    # declared nonfinite_ok fields alone never stop it
+    ok = run(blow_up_at_3, start, None, max_iter=2, tol=0.0, converged=small)
+    assert ok.n_iter == 2 and ok.stop_reason == "max_iter"
+
+
+def test_resume_continues_to_the_uninterrupted_result():
+    one = run(halve, S(jnp.asarray(1.0)), jnp.asarray(0.5), max_iter=8, tol=0.0, converged=small)
+    part = run(halve, S(jnp.asarray(1.0)), jnp.asarray(0.5), max_iter=3, tol=0.0, converged=small)
+    rest = run(halve, None, jnp.asarray(0.5), max_iter=8, tol=0.0, converged=small, resume=part)
+    assert rest.n_iter == 8 and rest.stop_reason == "max_iter"
+    np.testing.assert_array_equal(rest.infos.x, one.infos.x)
+    np.testing.assert_array_equal(rest.state.x, one.state.x)
+    # min_iter counts the earlier iterations; a run stopped on tol is returned as it is
+    tol = run(halve, S(jnp.asarray(1.0)), jnp.asarray(0.5), max_iter=100, tol=1e-3,
+              converged=small, min_iter=5)
+    again = run(halve, None, jnp.asarray(0.5), max_iter=200, tol=1e-3, converged=small,
+                resume=tol)
+    assert again is tol
+    resumed = run(halve, None, jnp.asarray(0.5), max_iter=100, tol=0.3, converged=small,
+                  min_iter=5, resume=part)
+    assert resumed.n_iter == 5  # deltas are below 0.3 from step 2, min_iter holds until 5

@@ -148,6 +148,8 @@ class ElboWindow(NamedTuple):
     values: jnp.ndarray
     count: jnp.ndarray
 
+    nonfinite_ok = ("values",)  # empty slots are NaN (``loop`` checks the rest of the state)
+
 
 def window_init(width: int, first, dtype) -> ElboWindow:
     """A window holding one evaluation (the ELBO at the initial ``q``)."""

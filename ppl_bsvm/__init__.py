@@ -3,9 +3,9 @@
 import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1)
 
 from . import bootstrap, data, datasets, kernels, metrics, models, predictive
-from .api import fit, list_methods
+from .api import fit, list_methods, resume
 from .compare import compare, report
-from .result import Fit
+from .result import Fit, load
 
 __version__ = "0.1.0"
 
@@ -14,7 +14,9 @@ __all__ = [
     "compare",
     "fit",
     "list_methods",
+    "load",
     "report",
+    "resume",
     "bootstrap",
     "data",
     "datasets",

@@ -5,23 +5,33 @@ one method name and one or more models with :func:`register`. ``fit`` validates 
 resolves the kernel and seed, checks the options against the engine's signature (an unknown
 option is an error, never silently dropped), runs the engine with float64 enabled and fills in
 the parts of the ``Fit`` that every engine shares.
+
+Long runs of the engines that support it (the samplers, stochastic VI) can be checkpointed
+(``fit(..., checkpoint=path, checkpoint_every=k)`` saves the fit every ``k`` iterations) and
+continued with :func:`resume`; a resumed run gives the same result as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import inspect
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
-from ._jax import as_key, x64
-from .data import check_X_y
-from .kernels import get_kernel
-from .result import Fit
+import jax
+import numpy as np
 
-__all__ = ["MODELS", "fit", "register", "list_methods", "get_engine"]
+from ._checks import positive_int
+from ._jax import as_key, x64
+from .data import Problem, check_X_y
+from .kernels import get_kernel
+from .result import Fit, load
+
+__all__ = ["MODELS", "fit", "resume", "register", "list_methods", "get_engine"]
 
 MODELS = ("linear", "gp", "sparse_gp")
 
@@ -39,16 +49,20 @@ class Engine(NamedTuple):
     model: str
     uses_kernel: bool
     summary: str
+    budget: str | None  # the option that counts iterations, for engines that can resume
 
 
 _REGISTRY: dict[tuple[str, str], Engine] = {}
 _loaded = False
 
 
-def register(method: str, models, *, uses_kernel: bool = True):
+def register(method: str, models, *, uses_kernel: bool = True, budget: str | None = None):
     """Decorator registering an engine for ``method`` under each of ``models``.
 
     The engine's docstring's first line is its one-line description in ``list_methods``.
+    ``budget`` names the option counting the engine's iterations (``"max_iter"``,
+    ``"num_samples"``) when the engine can resume: it then takes a keyword ``resume`` (an
+    earlier ``Fit`` of the same engine, or None) and continues that fit's ``checkpoint``.
     """
     models = (models,) if isinstance(models, str) else tuple(models)
 
@@ -57,7 +71,9 @@ def register(method: str, models, *, uses_kernel: bool = True):
         for model in models:
             if model not in MODELS:
                 raise ValueError(f"unknown model {model!r} in register; valid: {MODELS}")
-            _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary)
+            if budget is not None and "resume" not in inspect.signature(fn).parameters:
+                raise ValueError(f"engine {fn.__name__} has a budget but no 'resume' argument")
+            _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget)
         return fn
 
     return decorate
@@ -105,7 +121,7 @@ def _engine_options(fn: Callable) -> dict[str, inspect.Parameter]:
     return {
         k: p
         for k, p in params.items()
-        if k not in ("problem", "key", "kernel") and p.kind is p.KEYWORD_ONLY
+        if k not in ("problem", "key", "kernel", "resume") and p.kind is p.KEYWORD_ONLY
     }
 
 
@@ -132,6 +148,8 @@ def fit(
     seed=0,
     *,
     positive=None,
+    checkpoint=None,
+    checkpoint_every: int | None = None,
     **options,
 ) -> Fit:
     """Fit a Bayesian SVM (or a baseline) to binary data with the chosen inference method.
@@ -153,6 +171,13 @@ def fit(
     seed : int or JAX key, default=0
     positive : label, optional
         Which of the two labels is the positive class (default: the larger one).
+    checkpoint : str or path-like, optional
+        Save the fit to this directory (``Fit.save``) every ``checkpoint_every`` iterations
+        and at the end; continue an interrupted run with :func:`resume`. Only for engines
+        that can resume (samplers: iterations are kept draws, warmup is not checkpointed;
+        stochastic VI: minibatch steps).
+    checkpoint_every : int, optional
+        Iterations between checkpoints (default: only at the end).
     **options
         Engine options (``max_iter``, ``tol``, ``num_samples``, ...); an unknown option raises.
 
@@ -173,19 +198,171 @@ def fit(
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
     resolved = _check_options(engine, options)
-    kwargs = dict(resolved)
+    every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
     if engine.uses_kernel:
-        kwargs["kernel"] = get_kernel("rbf" if kernel is None else kernel)
+        kernel = get_kernel("rbf" if kernel is None else kernel)
     elif kernel is not None:
         raise ValueError(
             f"kernel is not used by model={model!r} with method={method!r}; "
             "for a kernelised model use model='gp' (kernel='linear' gives the linear model as a GP)"
         )
-    result = engine.fn(problem, key=key, **kwargs)
-    return dataclasses.replace(
-        result,
-        labels=problem.labels,
-        n_features_in=problem.d,
-        timings={**result.timings, "total": time.perf_counter() - start},
-        options={**resolved, **result.options},
-    )
+    shared = {
+        "labels": problem.labels,
+        "n_features_in": problem.d,
+        "seed": _key_data(key),
+        "fingerprint": _fingerprint(problem),
+    }
+    return _run_engine(engine, problem, key, kernel, resolved, shared, None, checkpoint, every,
+                       start)
+
+
+def resume(previous, X, y, *, checkpoint=None, checkpoint_every: int | None = None,
+           **options) -> Fit:
+    """Continue a fit of a resumable engine (samplers, stochastic VI) from its checkpoint.
+
+    The run goes on from ``previous``'s final state with its seed, kernel and options, up to
+    the iteration budget (``num_samples`` kept draws, or ``max_iter`` steps; raise it to extend
+    a finished run). The result is the one the uninterrupted run would have given: the same
+    draws, the same ``q``, the trace of both parts.
+
+    Parameters
+    ----------
+    previous : Fit or str or path-like
+        A fit, or a directory written by ``Fit.save`` (e.g. by ``fit(..., checkpoint=path)``).
+    X, y : array-like
+        The training data of ``previous`` (checked against its fingerprint).
+    checkpoint, checkpoint_every
+        As for :func:`fit`.
+    **options
+        Only the budget (``num_samples`` or ``max_iter``) and ``progress_bar`` may change.
+
+    Examples
+    --------
+    >>> import ppl_bsvm
+    >>> X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+    >>> short = ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=200,
+    ...                      progress_bar=False)
+    >>> longer = ppl_bsvm.resume(short, X, y, num_samples=400)
+    >>> longer.posterior.sizes["draw"]
+    400
+    """
+    return _resume(previous, X, y, checkpoint, checkpoint_every, options)
+
+
+@x64
+def _resume(previous, X, y, checkpoint, checkpoint_every, options) -> Fit:
+    start = time.perf_counter()
+    if not isinstance(previous, Fit):
+        previous = load(previous)
+    engine = get_engine(previous.model, previous.method)
+    if engine.budget is None or previous.checkpoint is None:
+        resumable = sorted({(m, meth) for (m, meth), e in _REGISTRY.items() if e.budget})
+        raise ValueError(
+            f"method={previous.method!r} (model={previous.model!r}) cannot be resumed; "
+            f"resumable (model, method) pairs: {resumable}"
+        )
+    problem = check_X_y(X, y, positive=previous.labels.positive)
+    if _fingerprint(problem) != previous.fingerprint:
+        raise ValueError(
+            "X and y are not the data the fit was trained on (their fingerprint differs); "
+            "resume needs the same rows in the same order"
+        )
+    _check_options(engine, options)
+    free = {engine.budget, "progress_bar"}
+    for name, value in options.items():
+        if name not in free and not _same(value, previous.options.get(name)):
+            raise ValueError(
+                f"option {name!r} cannot change when resuming (it was "
+                f"{previous.options.get(name)!r}); only {sorted(free)} can"
+            )
+    valid = _engine_options(engine.fn)
+    resolved = {k: v for k, v in previous.options.items() if k in valid}
+    resolved.update(options)
+    every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
+    key = jax.random.wrap_key_data(jax.numpy.asarray(previous.seed))
+    shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "seed", "fingerprint")}
+    return _run_engine(engine, problem, key, previous.kernel, resolved, shared, previous,
+                       checkpoint, every, start)
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(np.all(a == b))
+    except Exception:  # noqa: BLE001  (incomparable values are different)
+        return False
+
+
+def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: dict):
+    if checkpoint is None:
+        if checkpoint_every is not None:
+            raise ValueError("checkpoint_every needs checkpoint=<directory>")
+        return None
+    if engine.budget is None:
+        resumable = sorted({(m, meth) for (m, meth), e in _REGISTRY.items() if e.budget})
+        raise ValueError(
+            f"checkpoint is not supported by method={engine.method!r} (model={engine.model!r}), "
+            f"which cannot resume; checkpointing (model, method) pairs: {resumable}"
+        )
+    if not isinstance(checkpoint, (str, Path)):
+        raise ValueError(f"checkpoint must be a directory path, got {checkpoint!r}")
+    if checkpoint_every is None:
+        return None
+    every = positive_int("checkpoint_every", checkpoint_every)
+    thinning = resolved.get("thinning", 1)
+    if isinstance(thinning, int) and thinning > 0 and every % thinning:
+        raise ValueError(
+            f"checkpoint_every={every} must be a multiple of thinning={thinning}, so that the "
+            "segments keep the draws an uninterrupted run keeps"
+        )
+    return every
+
+
+def _run_engine(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,
+                start) -> Fit:
+    """Run the engine (in segments of ``every`` iterations when checkpointing) and finish the Fit."""
+    kwargs = dict(resolved)
+    if engine.uses_kernel:
+        kwargs["kernel"] = kernel
+    if engine.budget is not None:
+        kwargs["resume"] = previous
+    total = resolved.get(engine.budget)
+    done = 0 if previous is None else previous.checkpoint.n_iter
+    while True:
+        if every is not None:
+            kwargs[engine.budget] = min(total, (done // every + 1) * every)
+        result = engine.fn(problem, key=key, **kwargs)
+        if previous is not None:
+            result = dataclasses.replace(result, timings=_add_timings(previous.timings, result.timings))
+        result = dataclasses.replace(
+            result,
+            **shared,
+            timings={**result.timings, "total": time.perf_counter() - start
+                     + (previous.timings.get("total", 0.0) if previous is not None else 0.0)},
+            options={**resolved, **result.options},
+        )
+        if checkpoint is not None:
+            result.save(checkpoint, overwrite=True)
+        if every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total:
+            return result
+        kwargs["resume"] = previous = result
+        done = result.checkpoint.n_iter
+        start = time.perf_counter()
+
+
+def _add_timings(old: dict, new: dict) -> dict:
+    return {k: old.get(k, 0.0) + new.get(k, 0.0) for k in {**old, **new} if k != "total"}
+
+
+def _key_data(key) -> np.ndarray:
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(key))
+    return np.asarray(key)
+
+
+def _fingerprint(problem: Problem) -> str:
+    digest = hashlib.sha256()
+    for arr in (problem.X, problem.y):
+        arr = np.ascontiguousarray(arr, dtype=np.float64)
+        digest.update(str(arr.shape).encode())
+        digest.update(arr.tobytes())
+    return digest.hexdigest()

@@ -1,8 +1,33 @@
-"""The one result type every engine returns."""
+"""The one result type every engine returns, and how it is saved and loaded.
+
+A :class:`Fit` pickles with the standard :mod:`pickle` (and so with joblib, multiprocessing and
+scikit-learn's model persistence): its predictor closes over the engine's arrays in local JAX
+functions, so the fields are serialised by ``cloudpickle`` inside the pickle and loaded back in
+float64. :meth:`Fit.save` writes a directory::
+
+    path/
+        posterior.nc   the ArviZ tree (posterior, sample_stats, approximation, ...) as netCDF:
+                       readable without ppl_bsvm (``xarray.open_datatree``)
+        fit.pkl        everything else: predictor, kernel and its fitted hyperparameters,
+                       labels, options, trace, engine state and resume checkpoint
+        meta.json      format version, library versions, method and model
+
+and :func:`load` reads it back; predictions of the loaded fit are identical to the original's.
+``fit.pkl`` is a pickle: load only directories you trust, and with the versions of ppl_bsvm,
+JAX and Python that wrote them (``load`` warns on a mismatch; the netCDF file stays readable
+regardless).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import pickle
+import shutil
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +36,13 @@ from ._checks import positive_int
 from ._jax import x64
 from .data import BinaryLabels, check_X
 
-__all__ = ["Fit", "STOP_REASONS"]
+__all__ = ["Fit", "STOP_REASONS", "load"]
+
+FORMAT_VERSION = 1
+_POSTERIOR_FILE = "posterior.nc"
+_FIELDS_FILE = "fit.pkl"
+_META_FILE = "meta.json"
+_NETCDF_ENGINE = "h5netcdf"
 
 STOP_REASONS = ("tol", "max_iter", "draws")
 """``tol``: converged; ``max_iter``: hit the iteration cap; ``draws``: a sampler's fixed budget."""
@@ -54,6 +85,14 @@ class Fit:
         The engine options that were used, defaults included.
     state : object
         The engine's final state (a ``NamedTuple``), for inspection or warm starts.
+    checkpoint : object or None
+        What :func:`ppl_bsvm.resume` needs to continue the run (engines that support resuming:
+        the samplers and stochastic VI); None otherwise.
+    seed : ndarray or None
+        The raw PRNG key data the fit was started from (``jax.random.key_data``).
+    fingerprint : str or None
+        A hash of the training data and labels, so that a resumed run checks it is given the
+        same data.
     """
 
     idata: Any
@@ -71,6 +110,74 @@ class Fit:
     jitter: float | None = None
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     state: Any = None
+    checkpoint: Any = None
+    seed: Any = None
+    fingerprint: str | None = None
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def _fields(self, *, with_idata: bool = True) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if with_idata or f.name != "idata"
+        }
+
+    def __reduce__(self):
+        import cloudpickle
+
+        return (_unpickle_fit, (cloudpickle.dumps(self._fields()),))
+
+    def save(self, path, *, overwrite: bool = False) -> Path:
+        """Write the fit to the directory ``path`` (see the module doc for its layout).
+
+        The directory is written next to ``path`` and renamed into place, so an interrupted
+        save (a checkpoint of a long run, say) leaves the previous copy intact.
+
+        Parameters
+        ----------
+        path : str or path-like
+        overwrite : bool, default=False
+            Replace an existing saved fit at ``path``. A path that exists and is not a saved
+            fit is never replaced.
+
+        Returns
+        -------
+        Path
+            ``path``.
+        """
+        import cloudpickle
+
+        path = Path(path)
+        if path.exists():
+            if not _is_saved_fit(path):
+                raise ValueError(
+                    f"path {str(path)!r} exists and is not a saved ppl_bsvm Fit; choose a new path"
+                )
+            if not overwrite:
+                raise ValueError(
+                    f"path {str(path)!r} already holds a saved Fit; pass overwrite=True to replace it"
+                )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        try:
+            self.idata.to_netcdf(tmp / _POSTERIOR_FILE, engine=_NETCDF_ENGINE)
+            (tmp / _FIELDS_FILE).write_bytes(cloudpickle.dumps(self._fields(with_idata=False)))
+            (tmp / _META_FILE).write_text(json.dumps(_meta(self), indent=1) + "\n")
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                path.rename(old)
+            tmp.rename(path)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+        return path
 
     @property
     def converged(self) -> bool:
@@ -160,3 +267,86 @@ class Fit:
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _versions() -> dict[str, str]:
+    import jax
+
+    from . import __version__
+
+    return {
+        "ppl_bsvm": __version__,
+        "jax": jax.__version__,
+        "python": ".".join(map(str, sys.version_info[:3])),
+    }
+
+
+def _meta(fit: Fit) -> dict[str, Any]:
+    return {"format": FORMAT_VERSION, "method": fit.method, "model": fit.model, **_versions()}
+
+
+def _is_saved_fit(path: Path) -> bool:
+    try:
+        meta = json.loads((path / _META_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "format" in meta
+
+
+def _loads_fields(payload: bytes) -> dict[str, Any]:
+    import jax
+
+    # JAX arrays are rebuilt at the precision enabled when they are loaded: load them in
+    # float64, as they were fitted, or predictions change in the 8th digit.
+    with jax.enable_x64(True):
+        return pickle.loads(payload)
+
+
+def _unpickle_fit(payload: bytes) -> Fit:
+    return Fit(**_loads_fields(payload))
+
+
+def load(path) -> Fit:
+    """Read a fit written by :meth:`Fit.save`.
+
+    Only load directories you trust: ``fit.pkl`` is a pickle. A fit saved by other versions of
+    ppl_bsvm, JAX or Python is loaded with a warning (pickled JAX functions may not survive a
+    version change; ``posterior.nc`` always opens with ``xarray.open_datatree``).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The directory given to ``Fit.save``.
+
+    Returns
+    -------
+    Fit
+    """
+    import xarray as xr
+
+    path = Path(path)
+    if not _is_saved_fit(path):
+        raise ValueError(
+            f"path {str(path)!r} is not a saved ppl_bsvm Fit (no {_META_FILE} with a format "
+            "version); save one with Fit.save(path)"
+        )
+    meta = json.loads((path / _META_FILE).read_text())
+    if meta["format"] != FORMAT_VERSION:
+        raise ValueError(
+            f"{str(path)!r} was saved in format {meta['format']}; this ppl_bsvm reads format "
+            f"{FORMAT_VERSION}"
+        )
+    now = _versions()
+    changed = {k: (meta.get(k), v) for k, v in now.items() if meta.get(k) != v}
+    if changed:
+        warnings.warn(
+            f"{str(path)!r} was saved with other versions ("
+            + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+            + "); if loading fails, read the posterior with xarray.open_datatree",
+            UserWarning,
+            stacklevel=2,
+        )
+    with xr.open_datatree(path / _POSTERIOR_FILE, engine=_NETCDF_ENGINE) as tree:
+        idata = tree.load()
+    fields = _loads_fields((path / _FIELDS_FILE).read_bytes())
+    return Fit(idata=idata, **fields)

@@ -28,6 +28,7 @@ __all__ = [
     "RHAT_LIMIT",
     "convergence_summary",
     "MCMCConfig",
+    "MCMCCheckpoint",
     "MCMCRun",
     "check_config",
     "check_finite",
@@ -89,6 +90,25 @@ def check_config(
     return config
 
 
+class MCMCCheckpoint(NamedTuple):
+    """What a sampler needs to go on (``Fit.checkpoint`` of the MCMC engines).
+
+    Attributes
+    ----------
+    last_state : NamedTuple
+        The chains' last state (``MCMC.last_state``), PRNG keys included.
+    samples, extra : dict name -> ndarray (chain, draw, ...)
+        The kept draws and extra fields so far, as ``MCMC`` returned them.
+    n_iter : int
+        Sampling iterations run after warmup (kept draws times ``thinning``).
+    """
+
+    last_state: Any
+    samples: dict
+    extra: dict
+    n_iter: int
+
+
 class MCMCRun(NamedTuple):
     """Outcome of :func:`run_mcmc`.
 
@@ -103,7 +123,9 @@ class MCMCRun(NamedTuple):
         ``jax.monitoring``; Python tracing stays in ``mcmc``).
     last_state : NamedTuple
         The sampler's final state (batched over chains for ``vectorized``).
-    mcmc : numpyro.infer.MCMC
+    mcmc : numpyro.infer.MCMC or None
+        None when a resumed run had nothing left to draw.
+    checkpoint : MCMCCheckpoint
     """
 
     samples: dict
@@ -111,6 +133,7 @@ class MCMCRun(NamedTuple):
     timings: dict
     last_state: Any
     mcmc: Any
+    checkpoint: MCMCCheckpoint
 
 
 # Lowering and XLA compilation; tracing is left out because its events nest (a function
@@ -145,10 +168,16 @@ def _timed(fn):
     return out, max(elapsed - compiled[0], 0.0), compiled[0]
 
 
-def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra_fields=()):
+def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra_fields=(),
+             resume: MCMCCheckpoint | None = None):
     """Run ``numpyro.infer.MCMC`` (warmup and sampling in one compiled loop) and time it.
 
     Draws come back as numpy arrays ``(chain, draw, ...)``, checked to be finite.
+
+    With ``resume``, the chains go on from its last state (no warmup; ``MCMC``'s
+    ``post_warmup_state`` with the state's own PRNG keys) for ``num_samples - resume.n_iter``
+    more iterations, and the draws are appended to the earlier ones: the result is the one a
+    single run of ``num_samples`` would have given.
 
     Notes
     -----
@@ -157,15 +186,32 @@ def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra
     two phases would compile twice. For the same reason ``chain_method="sequential"``
     compiles once per chain and ``"vectorized"`` once in all.
     """
+    done = 0 if resume is None else resume.n_iter
+    if done > config.num_samples:
+        raise ValueError(
+            f"num_samples={config.num_samples} is below the {done} sampling iterations the "
+            "resumed fit has already run"
+        )
+    if done % config.thinning:
+        raise ValueError(
+            f"the resumed fit ran {done} sampling iterations, not a multiple of "
+            f"thinning={config.thinning}; checkpoint_every must be a multiple of thinning"
+        )
+    if resume is not None and done == config.num_samples:
+        return MCMCRun(dict(resume.samples), dict(resume.extra), {"mcmc": 0.0, "compile": 0.0},
+                       resume.last_state, None, resume)
     mcmc = MCMC(
         kernel,
         num_warmup=config.num_warmup,
-        num_samples=config.num_samples,
+        num_samples=config.num_samples - done,
         num_chains=config.num_chains,
         chain_method=config.chain_method,
         thinning=config.thinning,
         progress_bar=config.progress_bar,
     )
+    if resume is not None:
+        mcmc.post_warmup_state = resume.last_state
+        key = resume.last_state.rng_key
     _, seconds, compile_seconds = _timed(
         lambda: (
             mcmc.run(key, *model_args, extra_fields=tuple(extra_fields), **model_kwargs),
@@ -175,8 +221,16 @@ def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
     check_finite(samples, sampler=type(kernel).__name__)
+    if resume is not None:
+        samples = _append_draws(resume.samples, samples)
+        extra = _append_draws(resume.extra, extra)
     timings = {"mcmc": seconds, "compile": compile_seconds}
-    return MCMCRun(samples, extra, timings, mcmc.last_state, mcmc)
+    checkpoint = MCMCCheckpoint(mcmc.last_state, dict(samples), dict(extra), config.num_samples)
+    return MCMCRun(samples, extra, timings, mcmc.last_state, mcmc, checkpoint)
+
+
+def _append_draws(old: dict, new: dict) -> dict:
+    return {k: np.concatenate([old[k], new[k]], axis=1) for k in new}
 
 
 def check_finite(samples: dict, sampler: str = "the sampler") -> None:
@@ -335,6 +389,7 @@ def mcmc_fit(
         jitter=jitter,
         options=dict(options or {}),
         state=run.last_state,
+        checkpoint=run.checkpoint,
     )
 
 

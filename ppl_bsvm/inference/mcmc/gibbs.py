@@ -810,7 +810,7 @@ def _gibbs_stats(extra: dict) -> dict:
     return {name: extra[name] for name in _GIBBS_FIELDS}
 
 
-@register("gibbs", ("linear",), uses_kernel=False)
+@register("gibbs", ("linear",), uses_kernel=False, budget="num_samples")
 def gibbs_linear(
     problem: Problem,
     *,
@@ -829,6 +829,7 @@ def gibbs_linear(
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """Exact Gibbs sampler (Polson & Scott 2011) for the linear Bayesian SVM.
 
@@ -858,6 +859,8 @@ def gibbs_linear(
         Predictions average over at most this many draws, evenly spaced over all chains.
     link : str, default="probit"
         Default link of ``predict_proba`` (see ``ppl_bsvm.predictive``).
+    resume : Fit, optional
+        Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
     config = check_config(
         num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
@@ -870,6 +873,7 @@ def gibbs_linear(
     run = run_mcmc(
         kernel, key, (setup.Xd, setup.y), {"prior_scale": prior_scale, "gamma": gamma},
         config, extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
+        resume=None if resume is None else resume.checkpoint,
     )
     if store_lam:
         run.samples["lam"] = run.extra["lam"]
@@ -881,7 +885,7 @@ def gibbs_linear(
     )
 
 
-@register("gibbs", ("gp",))
+@register("gibbs", ("gp",), budget="num_samples")
 def gibbs_gp(
     problem: Problem,
     *,
@@ -900,6 +904,7 @@ def gibbs_gp(
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """Exact Gibbs sampler (Henao et al. 2014) for the GP Bayesian SVM, fixed hyperparameters.
 
@@ -913,7 +918,7 @@ def gibbs_gp(
     overrelax : float in (-1, 1), default=0.0
         Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs.
     num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar, store_lam,
-    max_predictive_draws, link
+    max_predictive_draws, link, resume
         As for the linear model.
     """
     config = check_config(
@@ -927,6 +932,7 @@ def gibbs_gp(
     run = run_mcmc(
         sampler, key, (setup.X, setup.y), model_kwargs, config,
         extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
+        resume=None if resume is None else resume.checkpoint,
     )
     if store_lam:
         run.samples["lam"] = run.extra["lam"]

@@ -118,10 +118,12 @@ def _resolve_hyperpriors(hyperpriors, kernel, params):
     return dict(hyperpriors)
 
 
-def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint):
+def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint,
+              resume=None):
     kernel = nuts_kernel(model, **nuts_options)
     try:
-        run = run_mcmc(kernel, key, problem_args, model_kwargs, config, extra_fields=NUTS_FIELDS)
+        run = run_mcmc(kernel, key, problem_args, model_kwargs, config, extra_fields=NUTS_FIELDS,
+                       resume=None if resume is None else resume.checkpoint)
     except RuntimeError as err:
         if "Cannot find valid initial parameters" not in str(err):
             raise
@@ -150,7 +152,7 @@ def _check_nuts(augmented, store_lam, gamma):
     return positive_float("gamma", gamma)
 
 
-@register("nuts", ("linear",), uses_kernel=False)
+@register("nuts", ("linear",), uses_kernel=False, budget="num_samples")
 def nuts_linear(
     problem: Problem,
     *,
@@ -171,6 +173,7 @@ def nuts_linear(
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """NUTS on the linear Bayesian SVM (marginal model by default).
 
@@ -195,6 +198,8 @@ def nuts_linear(
         With ``augmented=True``: keep the draws of ``lam``.
     max_predictive_draws : int, default=1000
     link : str, default="probit"
+    resume : Fit, optional
+        Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
     config = check_config(
         num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
@@ -208,7 +213,7 @@ def nuts_linear(
     run, stats = _nuts_run(
         models.linear_bsvm, (setup.Xd, setup.y),
         {"prior_scale": prior_scale, "augmented": augmented, "gamma": gamma},
-        config, key, nuts_options, store_lam, _augmented_hint(augmented),
+        config, key, nuts_options, store_lam, _augmented_hint(augmented), resume,
     )
     return mcmc_fit(
         run, config, method="nuts", model="linear", problem=problem, sample_stats=stats,
@@ -246,7 +251,7 @@ def _posterior_kernel_params(kernel, params, samples, names):
     return models.kernel_params_with(kernel, params, medians)
 
 
-@register("nuts", ("gp",))
+@register("nuts", ("gp",), budget="num_samples")
 def nuts_gp(
     problem: Problem,
     *,
@@ -268,6 +273,7 @@ def nuts_gp(
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """NUTS on the GP Bayesian SVM (non-centred f = L v), optionally sampling hyperparameters.
 
@@ -282,7 +288,8 @@ def nuts_gp(
         draws are in ``idata.posterior`` under their names, ``Fit.kernel_params`` holds the
         posterior medians, and predictions use each draw's own kernel.
     num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link
+    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link,
+    resume
         As for the linear model.
     """
     config = check_config(
@@ -298,7 +305,7 @@ def nuts_gp(
                     "gamma": gamma, "jitter": setup.jitter, "hyperpriors": priors}
     run, stats = _nuts_run(
         models.gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
-        store_lam, _augmented_hint(augmented),
+        store_lam, _augmented_hint(augmented), resume,
     )
     if priors:
         names = list(priors)
@@ -347,7 +354,7 @@ def _inducing_locations(problem, inducing, num_inducing, key):
     return Z
 
 
-@register("nuts", ("sparse_gp",))
+@register("nuts", ("sparse_gp",), budget="num_samples")
 def nuts_sparse_gp(
     problem: Problem,
     *,
@@ -370,6 +377,7 @@ def nuts_sparse_gp(
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """NUTS on the sparse GP Bayesian SVM (inducing values u, f integrated out exactly).
 
@@ -386,7 +394,8 @@ def nuts_sparse_gp(
     gamma, augmented, jitter
         As for ``model="gp"`` (``jitter`` is added to ``Kmm``).
     num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link
+    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link,
+    resume
         As for the linear model.
     """
     config = check_config(
@@ -405,7 +414,7 @@ def nuts_sparse_gp(
                     "augmented": augmented, "gamma": gamma, "jitter": setup.jitter}
     run, stats = _nuts_run(
         models.sparse_gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
-        store_lam, _augmented_hint(augmented),
+        store_lam, _augmented_hint(augmented), resume,
     )
     return mcmc_fit(
         run, config, method="nuts", model="sparse_gp", problem=problem, sample_stats=stats,

@@ -365,6 +365,7 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
         n_iter=result.n_iter,
         options=options,
         state=result.state,
+        checkpoint=result if method == "svi" else None,
     )
 
 
@@ -421,7 +422,7 @@ def linear_vi(
                       link, gamma, result, "vi", elapsed, trace, {})
 
 
-@register("svi", ("linear",), uses_kernel=False)
+@register("svi", ("linear",), uses_kernel=False, budget="max_iter")
 def linear_svi(
     problem: Problem,
     *,
@@ -439,6 +440,7 @@ def linear_svi(
     elbo_window: int = 5,
     num_draws: int = 1000,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """Stochastic VI for the linear Bayesian SVM: minibatches of alpha, natural-gradient steps.
 
@@ -465,6 +467,8 @@ def linear_svi(
         Evaluate the full-data ELBO (``O(n p^2)``) every this many steps.
     elbo_window : int, default=5
         Evaluations averaged by the stopping rule (see ``_svi.ElboWindow``).
+    resume : Fit, optional
+        Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
     prior_scale, gamma = _check(
         prior_scale, intercept, gamma, learn_hyperparameters, max_iter, tol, num_draws, link
@@ -479,9 +483,13 @@ def linear_svi(
     setup = linear_setup(problem, intercept)
     data = _data(setup, gamma, learn_hyperparameters, n / batch_size)
     k_init, k_draws = jax.random.split(key)
-    state = svi_init(k_init, data, np.log(prior_scale), rate, batch_size, elbo_window)
+    previous = None if resume is None else resume.checkpoint
+    state = None
+    if previous is None:
+        state = svi_init(k_init, data, np.log(prior_scale), rate, batch_size, elbo_window)
     step = make_svi_step(rate, batch_size, elbo_every, hyper_every)
-    result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged)
+    result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged,
+                 resume=previous)
     st = result.state
     mu, chol = gaussian_from_precision(st.eta1, st.prec)
     elapsed = time.perf_counter() - t0

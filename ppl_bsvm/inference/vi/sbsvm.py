@@ -412,6 +412,7 @@ def _sbsvm(
     num_draws: int = 1000,
     store_f: bool | None = None,
     link: str = DEFAULT_LINK,
+    resume: Fit | None = None,
 ) -> Fit:
     """S-BSVM: stochastic natural-gradient VI with inducing points (Wenzel et al. 2017, Alg. 1).
 
@@ -460,6 +461,8 @@ def _sbsvm(
         in the ``approximation`` group.
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba``.
+    resume : Fit, optional
+        Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
     n, d = problem.n, problem.d
     gamma = check_gamma(gamma)
@@ -499,7 +502,10 @@ def _sbsvm(
 
     t0 = time.perf_counter()
     k_z, k_init, k_u, k_f = jax.random.split(key, 4)
-    if isinstance(inducing, str):
+    previous = None if resume is None else resume.checkpoint
+    if previous is not None:
+        Z = None  # in the state being resumed
+    elif isinstance(inducing, str):
         seed = int(jax.random.randint(k_z, (), 0, 2**31 - 1))
         Z = choose_inducing(problem.X, m, method=inducing, seed=seed)
     else:
@@ -512,11 +518,14 @@ def _sbsvm(
     )
     config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, hyper_every,
                     bool(learn_inducing), elbo_window)
-    params = kernel.init_params(problem.X)
-    _check_Kmm(kernel, params, Z, jitter)
-    state = init(k_init, params, Z, data, config)
+    if previous is None:
+        params = kernel.init_params(problem.X)
+        _check_Kmm(kernel, params, Z, jitter)
+        state = init(k_init, params, Z, data, config)
+    else:
+        state = None
     result = run(make_step(config), state, data, max_iter=max_iter, tol=tol,
-                 converged=_converged)
+                 converged=_converged, resume=previous)
     st = result.state
     mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
     post = _Posterior(st.params, st.Z, st.chol_Kmm, mean_v, chol_P)
@@ -575,6 +584,7 @@ def _sbsvm(
         jitter=jitter,
         options={"num_inducing": m, "batch_size": batch_size, "store_f": store_f},
         state=st,
+        checkpoint=result,
     )
 
 
@@ -594,5 +604,5 @@ def _engine(model: str):
     return engine
 
 
-sbsvm_gp = register("svi", ("gp",))(_engine("gp"))
-sbsvm_sparse_gp = register("svi", ("sparse_gp",))(_engine("sparse_gp"))
+sbsvm_gp = register("svi", ("gp",), budget="max_iter")(_engine("gp"))
+sbsvm_sparse_gp = register("svi", ("sparse_gp",), budget="max_iter")(_engine("sparse_gp"))

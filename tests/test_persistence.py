@@ -1,0 +1,209 @@
+"""Saving, loading and pickling fits; checkpointing and resuming long runs to the same result."""
+
+import json
+import pickle
+import warnings
+
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+
+import ppl_bsvm
+from ppl_bsvm.result import Fit
+
+# Short runs of every engine family: (model, method, options).
+SAVED = [
+    ("gp", "vi", {}),
+    ("gp", "ecm", {}),
+    ("linear", "vi", {}),
+    ("gp", "svi", {"max_iter": 40, "elbo_every": 10}),
+    ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
+    ("gp", "nuts", {"num_samples": 30, "num_warmup": 30, "num_chains": 1}),
+    ("gp", "platt", {}),
+    ("gp", "gpc", {}),
+    ("gp", "svgp", {"max_iter": 40}),
+    ("gp", "bcsvm", {"module_size": 30, "query_size": 30}),
+    ("gp", "rvm", {}),
+]
+
+
+@pytest.fixture(scope="module")
+def small():
+    X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+    return X[:60], y[:60], X[200:230]
+
+
+def _fit(small, model, method, options, **extra):
+    X, y, _ = small
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains warn about R-hat
+        return ppl_bsvm.fit(X, y, model=model, method=method, seed=5, **options, **extra)
+
+
+def _assert_same_fit(a: Fit, b: Fit, Xt):
+    assert (a.method, a.model, a.n_iter, a.stop_reason) == (b.method, b.model, b.n_iter,
+                                                             b.stop_reason)
+    assert a.idata.equals(b.idata)  # values and coordinates; attrs hold creation times
+    for key in ("rhat_max", "ess_bulk_min", "stop_reason"):
+        np.testing.assert_equal(a.idata.attrs.get(key), b.idata.attrs.get(key))
+    np.testing.assert_array_equal(a.predict_proba(Xt), b.predict_proba(Xt))
+    if a.predictor.__class__.__name__ != "ScorePredictor":
+        for u, v in zip(a.predict_latent(Xt), b.predict_latent(Xt), strict=True):
+            np.testing.assert_array_equal(u, v)
+    np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
+    assert a.trace.keys() == b.trace.keys()
+    for key in a.trace:
+        np.testing.assert_array_equal(a.trace[key], b.trace[key])
+    assert a.hyperparameters.keys() == b.hyperparameters.keys()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,method,options", SAVED, ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_save_load_and_pickle_round_trip_exactly(small, tmp_path, model, method, options):
+    fit = _fit(small, model, method, options)
+    Xt = small[2]
+    loaded = ppl_bsvm.load(fit.save(tmp_path / "fit"))
+    assert loaded.idata.identical(fit.idata)
+    _assert_same_fit(fit, loaded, Xt)
+    assert loaded.summary() == fit.summary()
+    _assert_same_fit(fit, pickle.loads(pickle.dumps(fit)), Xt)
+    # the posterior file is plain ArviZ netCDF, readable without ppl_bsvm
+    with xr.open_datatree(tmp_path / "fit" / "posterior.nc", engine="h5netcdf") as tree:
+        assert set(tree.children) == set(fit.idata.children)
+
+
+def test_loaded_arrays_are_float64_in_a_float32_session(small, tmp_path):
+    fit = _fit(small, "gp", "vi", {})
+    payload = pickle.dumps(fit)
+    fit.save(tmp_path / "f")
+    assert not jax.config.read("jax_enable_x64")
+    for loaded in (pickle.loads(payload), ppl_bsvm.load(tmp_path / "f")):
+        leaves = jax.tree.leaves(loaded.kernel_params)
+        assert leaves and all(leaf.dtype == np.float64 for leaf in leaves)
+        np.testing.assert_array_equal(loaded.predict_proba(small[2]), fit.predict_proba(small[2]))
+
+
+def test_save_never_clobbers_and_load_checks_what_it_reads(small, tmp_path):
+    fit = _fit(small, "gp", "vi", {})
+    path = fit.save(tmp_path / "f")
+    with pytest.raises(ValueError, match="already holds a saved Fit; pass overwrite=True"):
+        fit.save(path)
+    fit.save(path, overwrite=True)
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="exists and is not a saved ppl_bsvm Fit"):
+        fit.save(other, overwrite=True)
+    assert (other / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match="is not a saved ppl_bsvm Fit"):
+        ppl_bsvm.load(other)
+    with pytest.raises(ValueError, match="is not a saved ppl_bsvm Fit"):
+        ppl_bsvm.load(tmp_path / "absent")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "mine"]  # no temporaries left
+    meta = json.loads((path / "meta.json").read_text())
+    meta["ppl_bsvm"] = "0.0.1"
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match=r"other versions \(ppl_bsvm 0\.0\.1 -> "):
+        ppl_bsvm.load(path)
+    meta["format"] = 99
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="format 99"):
+        ppl_bsvm.load(path)
+
+
+# (model, method, budget option, total budget, other options); every sampler run compiles its
+# loop anew (seconds), so the samplers get fewer runs than SVI.
+RESUMABLE = [
+    ("linear", "gibbs", "num_samples", 60, {"num_warmup": 30, "num_chains": 2, "store_lam": True}),
+    ("gp", "svi", "max_iter", 60, {"elbo_every": 10, "tol": 1e-12,
+                                   "learn_hyperparameters": True, "hyper_every": 5}),
+    ("linear", "svi", "max_iter", 60, {"elbo_every": 10, "tol": 1e-12}),
+]
+
+
+@pytest.mark.slow
+def test_extending_a_nuts_run_equals_the_longer_run(small, tmp_path):
+    X, y, Xt = small
+    options = {"num_warmup": 30, "num_chains": 2}
+    whole = _fit(small, "linear", "nuts", {"num_samples": 50, **options})
+    part = _fit(small, "linear", "nuts", {"num_samples": 20, **options})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = ppl_bsvm.resume(part.save(tmp_path / "part"), X, y, num_samples=50)
+    _assert_same_fit(whole, resumed, Xt)
+    assert resumed.idata.sample_stats.sizes["draw"] == 50  # step sizes, divergences appended
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,method,budget,total,options", RESUMABLE,
+                         ids=[f"{m}-{meth}" for m, meth, *_ in RESUMABLE])
+def test_resumed_and_checkpointed_runs_equal_the_uninterrupted_run(
+    small, tmp_path, monkeypatch, model, method, budget, total, options
+):
+    X, y, Xt = small
+    whole = _fit(small, model, method, {budget: total, **options})
+    # extend a shorter run
+    part = _fit(small, model, method, {budget: total // 3, **options})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _assert_same_fit(whole, ppl_bsvm.resume(part, X, y, **{budget: total}), Xt)
+    # checkpoints every 20 iterations; the run is killed after the second one is written
+    saves = []
+    original_save = Fit.save
+
+    def save_then_die(self, path, **kwargs):
+        out = original_save(self, path, **kwargs)
+        saves.append(self.checkpoint.n_iter)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(Fit, "save", save_then_die)
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        _fit(small, model, method, {budget: total, **options}, checkpoint=ckpt,
+             checkpoint_every=20)
+    assert saves == [20, 40]
+    def save_and_count(self, path, **kwargs):
+        saves.append(self.checkpoint.n_iter)
+        return original_save(self, path, **kwargs)
+
+    monkeypatch.setattr(Fit, "save", save_and_count)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # the saved options carry the total budget; go on checkpointing to the same place
+        resumed = ppl_bsvm.resume(ckpt, X, y, checkpoint=ckpt, checkpoint_every=20)
+    assert saves == [20, 40, 60]
+    _assert_same_fit(whole, resumed, Xt)
+    _assert_same_fit(whole, ppl_bsvm.load(ckpt), Xt)  # the final checkpoint is the result
+
+
+def test_resume_refuses_what_would_not_give_the_same_run(small, tmp_path):
+    X, y, _ = small
+    gibbs = _fit(small, "linear", "gibbs", {"num_samples": 20, "num_warmup": 20, "num_chains": 1,
+                                             "thinning": 2})
+    with pytest.raises(ValueError, match="not the data the fit was trained on"):
+        ppl_bsvm.resume(gibbs, X[::-1], y[::-1], num_samples=40)
+    with pytest.raises(ValueError, match="option 'prior_scale' cannot change when resuming"):
+        ppl_bsvm.resume(gibbs, X, y, num_samples=40, prior_scale=2.0)
+    with pytest.raises(ValueError, match="unknown option"):
+        ppl_bsvm.resume(gibbs, X, y, num_sample=40)
+    with pytest.raises(ValueError, match="num_samples=10 is below the 20 sampling iterations"):
+        ppl_bsvm.resume(gibbs, X, y, num_samples=10)
+    same = ppl_bsvm.resume(gibbs, X, y)  # nothing left to draw: the same posterior
+    assert same.idata.equals(gibbs.idata)
+    vi = _fit(small, "gp", "vi", {})
+    with pytest.raises(ValueError, match=r"method='vi' \(model='gp'\) cannot be resumed"):
+        ppl_bsvm.resume(vi, X, y)
+    with pytest.raises(ValueError, match="checkpoint is not supported by method='vi'"):
+        ppl_bsvm.fit(X, y, method="vi", checkpoint=tmp_path / "c")
+    with pytest.raises(ValueError, match="checkpoint_every needs checkpoint"):
+        ppl_bsvm.fit(X, y, method="svi", checkpoint_every=10)
+    with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 1"):
+        ppl_bsvm.fit(X, y, method="svi", checkpoint=tmp_path / "c", checkpoint_every=0)
+    with pytest.raises(ValueError, match="checkpoint_every=15 must be a multiple of thinning=2"):
+        ppl_bsvm.fit(X, y, model="linear", method="gibbs", thinning=2, num_samples=40,
+                     checkpoint=tmp_path / "c", checkpoint_every=15)
+    with pytest.raises(ValueError, match="not a saved ppl_bsvm Fit"):
+        ppl_bsvm.resume(tmp_path / "nothing", X, y)

@@ -13,12 +13,10 @@ is resolved on first use).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping
 
-import cloudpickle
-import jax
 import numpy as np
+from scipy.special import ndtri
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -41,13 +39,6 @@ _RESERVED = {
     "positive": "positive (the positive class is always classes_[1])",
     "intercept": "fit_intercept",
 }
-
-
-class _PickledFit:
-    """A :class:`ppl_bsvm.Fit` serialised by cloudpickle inside an estimator's pickled state."""
-
-    def __init__(self, payload: bytes):
-        self.payload = payload
 
 
 class BayesianSVC(ClassifierMixin, BaseEstimator):
@@ -90,26 +81,24 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    ``decision_function`` is the posterior mean of the latent function ``f(x)`` and ``predict``
-    is its sign. ``predict_proba`` integrates the fit's link over the latent predictive (it uses
-    the variance too), so for Gaussian approximations (``vi``, ``svi``, ``ecm``, ...) with the
-    symmetric links ``predict`` equals the argmax of ``predict_proba``, but the *ranking* of test
-    points by probability can differ from their ranking by ``decision_function`` where the
-    predictive variance differs. For MCMC fits the probability is an average over draws and its
-    argmax may, rarely, disagree with the sign of the mean near the decision boundary.
+    ``decision_function`` is the class probability on the probit scale,
+    ``Phi^{-1}(predict_proba[:, 1])``: positive exactly where ``predict`` says ``classes_[1]``
+    and ranked exactly as the probabilities are (what scikit-learn's scorers and
+    ``check_decision_proba_consistency`` expect). With the default ``link="probit"`` and a
+    Gaussian approximation it is ``m / sqrt(1 + v)``, the latent posterior mean moderated by
+    the predictive variance; the latent mean itself is ``posterior_.predict_latent(X)[0]``.
+    Methods without a latent posterior (``"platt"``) return the SVM's decision value, which
+    Platt's sigmoid maps monotonically to the probability.
 
     scikit-learn's ``check_estimator`` (run in the test suite for ``method="ecm"`` on the GP
     model and ``method="vi"`` on the linear model) passes with the tag
     ``classifier_tags.multi_class = False``: a binary-only classifier, so the checks fit only
     two-class problems and expect the error ``"Only binary classification is supported."`` for
-    more classes. One check is expected to fail for the GP model:
-    ``check_decision_proba_consistency``, which asks ``decision_function`` and ``predict_proba``
-    to rank test points identically; the latent mean and the probability (which also uses the
-    predictive variance, see above) differ in rank where the variance differs. scikit-learn
-    itself skips ``check_array_api_input`` unless ``SCIPY_ARRAY_API=1`` is set.
+    more classes. scikit-learn itself skips ``check_array_api_input`` unless
+    ``SCIPY_ARRAY_API=1`` is set.
 
-    Pickling stores ``posterior_`` with cloudpickle (its predictor closes over the engine's
-    arrays in local functions) and loads it back in float64: predictions round-trip exactly.
+    Pickling round-trips exactly (``posterior_`` is a :class:`ppl_bsvm.Fit`, which pickles with
+    its predictor); ``posterior_.save(path)`` writes the fit with its posterior as netCDF.
 
     Examples
     --------
@@ -140,24 +129,6 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
-
-    def __getstate__(self):
-        # The Fit's predictor closes over the engine's arrays in local (jitted) functions, which
-        # the standard pickle cannot serialise; cloudpickle stores them by value.
-        state = super().__getstate__()
-        if "posterior_" in state:
-            state = dict(state)
-            state["posterior_"] = _PickledFit(cloudpickle.dumps(state["posterior_"]))
-        return state
-
-    def __setstate__(self, state):
-        posterior = state.get("posterior_")
-        if isinstance(posterior, _PickledFit):
-            # JAX arrays are rebuilt at the precision enabled when they are loaded: load them in
-            # float64, as they were fitted, or predictions change in the 8th digit.
-            with jax.enable_x64(True):
-                state = {**state, "posterior_": pickle.loads(posterior.payload)}
-        super().__setstate__(state)
 
     def _fit_arguments(self) -> dict:
         """``fit``'s keyword arguments from the parameters; ``ValueError`` naming a bad one."""
@@ -220,8 +191,8 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X):
-        """Posterior mean of the latent ``f(x)`` at the rows of ``X`` (positive: ``classes_[1]``);
-        for methods without a latent posterior (``"platt"``) the SVM's decision value.
+        """Score of ``classes_[1]``: ``Phi^{-1}(predict_proba[:, 1])`` (see Notes); for methods
+        without a latent posterior (``"platt"``) the SVM's decision value.
 
         Returns
         -------
@@ -232,8 +203,10 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         predictor = self.posterior_.predictor
         if hasattr(predictor, "decision_function"):  # a score without a latent Gaussian (Platt)
             return np.asarray(predictor.decision_function(X), dtype=np.float64)
-        mean, _ = self.posterior_.predict_latent(X)
-        return np.asarray(mean, dtype=np.float64)
+        p = np.asarray(self.posterior_.predict_proba(X), dtype=np.float64)
+        # Keep the score finite where p rounds to 0 or 1 (ties in p stay ties).
+        tiny, eps = np.finfo(np.float64).tiny, np.finfo(np.float64).epsneg
+        return ndtri(np.clip(p, tiny, 1.0 - eps))
 
     def predict_proba(self, X):
         """``[P(y = classes_[0] | x), P(y = classes_[1] | x)]`` under the fit's link.
@@ -248,6 +221,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         return np.stack([1.0 - p, p], axis=1)
 
     def predict(self, X):
-        """The label of the sign of :meth:`decision_function` (``classes_[1]`` where positive)."""
+        """``classes_[1]`` where :meth:`decision_function` is >= 0 (``predict_proba >= 1/2``), as
+        ``posterior_.predict`` does, else ``classes_[0]``."""
         check_is_fitted(self)
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]

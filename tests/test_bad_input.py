@@ -265,3 +265,15 @@ def test_same_seed_same_draws_other_seed_other_draws(data, method, options):
         assert np.all(np.isfinite(a[name])), name
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
         assert not np.array_equal(a[name], c[name]), name
+
+
+@pytest.mark.parametrize("model", ["linear", "gp"])
+def test_diverging_iterates_stop_with_an_error_naming_the_step(data, model):
+    """A learning rate that turns NaN after five steps: the loop stops at that step."""
+    import jax.numpy as jnp
+
+    X, y = data
+    with pytest.raises(FloatingPointError, match=r"step produced non-finite values at "
+                                                 r"iteration \d+ in state\.eta1, state\.prec"):
+        ppl_bsvm.fit(X, y, model=model, method="svi", max_iter=50,
+                     learning_rate=lambda count: jnp.where(count > 5, jnp.nan, 0.5))

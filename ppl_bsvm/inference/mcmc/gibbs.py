@@ -345,7 +345,7 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.
     p = Z.shape[1]
     w = gamma / lam
     if rows is None:
-        gram, rhs = (Z * w[:, None]).T @ Z, Z.T @ (w + gamma)
+        gram, rhs = jnp.einsum("ni,n,nj->ij", Z, w, Z), Z.T @ (w + gamma)
     else:
         gram, rhs = _gram_from_rows(rows, w, gamma)
     prec = gram + jnp.eye(p, dtype=Z.dtype) / prior_scale**2
@@ -362,8 +362,9 @@ class GramRows(NamedTuple):
     followed by ``z_i``; ``Z^T diag(w) Z = sum_i w_i z_i z_i^T`` is then read off
     ``w^T R`` through ``index``. This halves the flops of the precision (symmetry) and turns
     them into one matrix-vector product, or, for chains run vectorized, one matrix-matrix
-    product ``(chains, n) x (n, p(p+3)/2)`` over a matrix shared by the chains, which XLA's
-    CPU backend runs several times faster than the batched ``Z^T diag(w) Z``.
+    product ``(chains, n) x (n, p(p+3)/2)`` over a matrix shared by the chains. On XLA's CPU
+    backend (n = 1000, p = 21) that is about 4x faster than the einsum ``Z^T diag(w) Z`` for
+    four vectorized chains and 1.5-2x for one chain.
     """
 
     R: jnp.ndarray  # (n, p (p + 3) / 2)

@@ -28,6 +28,8 @@ from ppl_bsvm.inference.mcmc import (
     check_finite,
     default_hyperpriors,
     gibbs,
+    chi2_1,
+    gram_rows,
     sample_beta,
     sample_f,
     sample_gig_half,
@@ -105,6 +107,18 @@ def test_sample_lam_is_the_gig_conditional(gamma):
             assert stats.kstest(1 / draws[:, j], ref.cdf).pvalue > P_MIN
 
 
+def test_chi2_draws_are_independent_chi_square():
+    # both halves of every Box-Muller pair are used: an odd count checks the split, and the
+    # two squares of one pair (first and second half) must be uncorrelated
+    x = np.asarray(chi2_1(jax.random.key(5), (N_DRAWS + 1,)))
+    assert x.shape == (N_DRAWS + 1,) and np.all(x >= 0) and np.all(np.isfinite(x))
+    assert stats.kstest(x, stats.chi2(1).cdf).pvalue > P_MIN
+    half = (N_DRAWS + 2) // 2
+    first, second = x[: half - 1], x[half : 2 * half - 1]
+    assert abs(np.corrcoef(first, second)[0, 1]) < 5 / np.sqrt(half)
+    assert stats.kstest(second, stats.chi2(1).cdf).pvalue > P_MIN
+
+
 # --- the scale step -------------------------------------------------------------------------
 
 def _scale_cdf(quad, margins, dim, gamma):
@@ -158,6 +172,22 @@ def test_sample_beta_is_the_conditional_gaussian():
     mean = cov @ Z.T @ (W * (1 + lam))
     draws = jax.vmap(lambda k: sample_beta(k, jnp.asarray(lam), jnp.asarray(Z), s, gamma))(_keys(7, N_DRAWS))
     _check_gaussian(np.asarray(draws), mean, cov)
+
+
+def test_gram_rows_give_the_same_beta_draw():
+    r = np.random.default_rng(16)
+    Z = jnp.asarray(r.normal(size=(40, 5)))
+    lam = jnp.asarray(r.gamma(1.0, 1.0, 40))
+    w = 0.8 / np.asarray(lam)
+    rows = gram_rows(Z)
+    np.testing.assert_allclose(rows.R[:, -5:], Z)
+    packed = np.asarray(w @ rows.R)
+    np.testing.assert_allclose(packed[np.asarray(rows.index)], np.asarray(Z).T @ (w[:, None] * np.asarray(Z)), rtol=1e-12)
+    key, prev = jax.random.key(17), jnp.asarray(r.normal(size=5))
+    for alpha in (0.0, -0.9):
+        plain = sample_beta(key, lam, Z, 1.3, 0.8, prev, alpha)
+        fast = sample_beta(key, lam, Z, 1.3, 0.8, prev, alpha, rows)
+        np.testing.assert_allclose(fast, plain, rtol=1e-10, atol=1e-12)
 
 
 def test_sample_f_is_the_conditional_gaussian():

@@ -306,10 +306,12 @@ def write_report(rows, env: dict, out: Path) -> None:
         "watch) and, for the GP, with one Cholesky factor of an n x n matrix per sweep. The "
         "scale step removes the Gibbs chain's slowest direction on the linear model and is "
         "neutral on the GP; Adler's overrelaxation of the beta / f draw then roughly halves "
-        "the remaining autocorrelation time of the linear chain. Neither closes the gap to "
-        "NUTS: a sweep costs about what a NUTS draw costs, and the augmentation's missing "
-        "information leaves the Gibbs chain at half of NUTS's ESS per draw at best. Timings "
-        "from a loaded machine are noisy (see the load average); ESS per draw is not.",
+        "the remaining autocorrelation time of the linear chain. The augmentation's missing "
+        "information still leaves the Gibbs chain at about half of NUTS's ESS per draw at "
+        "best, so a Gibbs sweep has to cost less than half of a NUTS draw (compare the "
+        "ms/draw columns) for Gibbs to win in ESS per second. Timings from a loaded machine "
+        "are noisy (see the load average: the chains of different samplers run at different "
+        "times); ESS per draw is not.",
         "",
         "![ESS per second](ess_per_second.png)",
         "",

@@ -1,5 +1,8 @@
 """BC-SVM: one module is the 2-norm SVM (checked with libsvm); the BCM combination is eqs. 4-5."""
 
+import inspect
+import pickle
+
 import jax
 import numpy as np
 import pytest
@@ -161,3 +164,38 @@ def test_a_module_with_one_class_is_refused(problem):
     y = np.where(np.arange(len(y)) < 3, 1.0, -1.0)
     with pytest.raises(ValueError, match="module_size"):
         ppl_bsvm.fit(X, y, method="bcsvm", kernel=KERNEL, module_size=20)
+
+
+def test_estimator_parameters_are_the_engine_options():
+    from ppl_bsvm.api import get_engine
+    from ppl_bsvm.baselines.bcsvm import BCSVMClassifier
+
+    engine = inspect.signature(get_engine("gp", "bcsvm").fn).parameters
+    params = BCSVMClassifier().get_params()
+    for name, value in params.items():
+        if name not in ("kernel", "seed"):
+            assert engine[name].default == value, name
+    assert set(engine) - set(params) == {"problem", "key"}
+
+
+def test_estimator_is_the_engine_and_pickles_exactly(problem):
+    X, y, Xt, *_ = problem
+    labels = np.where(y > 0, "yes", "no")
+    clf = ppl_bsvm.BCSVMClassifier(KERNEL, C=C, module_size=40, query_size=25, seed=4)
+    clf.fit(X, labels)
+    fit = ppl_bsvm.fit(X, y, method="bcsvm", kernel=KERNEL, C=C, module_size=40, query_size=25,
+                       seed=4)
+    mean, _ = fit.predict_latent(Xt)
+    np.testing.assert_array_equal(clf.classes_, ["no", "yes"])
+    np.testing.assert_allclose(clf.decision_function(Xt), mean, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(clf.predict_proba(Xt)[:, 1], fit.predict_proba(Xt), atol=1e-12)
+    np.testing.assert_array_equal(clf.predict(Xt), np.where(mean > 0, "yes", "no"))
+    assert clf.n_iter_ == fit.n_iter and clf.posterior_.idata.attrs["n_modules"] == 3
+    assert "BCSVMClassifier" in ppl_bsvm.__all__
+    loaded = pickle.loads(pickle.dumps(clf))
+    for method in ("predict", "predict_proba", "decision_function"):
+        np.testing.assert_array_equal(getattr(loaded, method)(Xt), getattr(clf, method)(Xt))
+    with pytest.raises(ValueError, match="combine"):
+        ppl_bsvm.BCSVMClassifier(combine="median").fit(X, labels)
+    with pytest.raises(ValueError, match="BCSVMClassifier needs exactly two classes"):
+        ppl_bsvm.BCSVMClassifier().fit(X, np.arange(len(X)) % 3)

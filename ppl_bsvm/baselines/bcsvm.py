@@ -42,13 +42,21 @@ with ``p, q = K_C^{-1}(y_A, 1)``, which is the GLS estimate ``b-hat``, and
           \hat E = C_{BCM}^{-1} \sum_i \mathrm{cov}(h^q \mid D^i)^{-1} E(h^q \mid D^i),
 
 where ``P`` is the limit of the prior precision (Sherman-Morrison, ``s -> infinity``):
-``(Sigma + s^2 1 1^T)^{-1} = Sigma^{-1} - Sigma^{-1} 1 1^T Sigma^{-1} / (s^{-2} + 1^T Sigma^{-1} 1)
--> Sigma^{-1} - Sigma^{-1} 1 1^T Sigma^{-1} / (1^T Sigma^{-1} 1)``, the precision of the
-improper prior of ``h^q`` (zero along the constant direction: the bias is learnt from the
-modules only, and their bias information adds up instead of being divided out). Dividing out
+
+.. math:: (\Sigma + s^2 1 1^\top)^{-1} = \Sigma^{-1}
+          - \frac{\Sigma^{-1} 1 1^\top \Sigma^{-1}}{s^{-2} + 1^\top \Sigma^{-1} 1}
+          \;\to\; P = \Sigma^{-1} - \frac{\Sigma^{-1} 1 1^\top \Sigma^{-1}}{1^\top \Sigma^{-1} 1},
+
+the precision of the improper prior of ``h^q`` (zero along the constant direction: the bias is
+learnt from the modules only, and their bias information adds up instead of being divided
+out). Dividing out
 ``(Sigma^qq)^{-1}`` instead, with ``b_i`` inside ``E_i`` but not in the prior, counts the
 bias ``M`` times where the modules know little. With ``M = 1``, ``C_BCM = cov_1^{-1}`` and the
-BC-SVM is the 2-norm SVM.
+BC-SVM is the 2-norm SVM. (Along the constant direction the prior of ``f`` itself is then not
+divided out either, so where no module knows anything the BCM weighs the biases ``b_i`` by
+``1 / (sigma^2 + N_Q / c_i)`` and shrinks the variance of the query-set mean of ``f`` by ``M``:
+an ``O(1 / N_Q)`` effect, tested in ``tests/test_baselines_bcsvm.py``. A BCM over the joint
+``(f^q, b)``, with ``b`` as an extra query variable, would avoid it.)
 
 Computation, in coordinates whitened by the prior, ``g = L^{-1} h^q`` with ``L L^T = Sigma^qq``
 (plus a relative nugget ``jitter``), ``u = L^{-1} 1``: ``P`` becomes ``I - u u^T / |u|^2``;
@@ -341,7 +349,8 @@ def _module_information(W, w, g, u):
         h0_g = cho_solve(chol, g)
     uu = jnp.dot(u, u)
     d = uu + delta
-    T = info0 + (delta / (uu * d)) * jnp.outer(u, u) - (jnp.outer(u, t) + jnp.outer(t, u) + jnp.outer(t, t)) / d
+    cross = jnp.outer(u, t) + jnp.outer(t, u) + jnp.outer(t, t)
+    T = info0 + (delta / (uu * d)) * jnp.outer(u, u) - cross / d
     v = u + t
     return T, h0_g - v * (jnp.dot(v, g) / d)
 
@@ -576,8 +585,8 @@ class BCSVMClassifier(BayesianSVC):
     ``decision_function`` is the BCM's combined latent mean of ``f(x) + b``, ``predict`` its
     sign and ``predict_proba`` the link averaged over the combined latent Gaussian.
 
-    The BCM combines the rows of ``X`` in consecutive blocks of ``query_size`` (paper section
-    3): the prediction at a row depends on the other rows of its block; use
+    The BCM combines the rows of ``X`` in consecutive blocks of ``query_size`` (paper eqs.
+    4-5): the prediction at a row depends on the other rows of its block; use
     ``query_size >= len(X)`` for predictions that do not depend on the batching.
 
     scikit-learn's ``check_estimator`` passes (run in the test suite with ``module_size=20``,

@@ -25,12 +25,13 @@ __all__ = [
     "models",
     "predictive",
 ]
-__all__ += ["BayesianSVC", "RVMRegressor", "RVMClassifier"]
+__all__ += ["BayesianSVC", "RVMRegressor", "RVMClassifier", "BCSVMClassifier"]
 
 _LAZY = {
     "BayesianSVC": "ppl_bsvm.estimators",
     "RVMRegressor": "ppl_bsvm.baselines.rvm",
     "RVMClassifier": "ppl_bsvm.baselines.rvm",
+    "BCSVMClassifier": "ppl_bsvm.baselines.bcsvm",
 }
 
 

@@ -184,7 +184,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 "Only binary classification is supported. The type of the target y is "
                 f"{y_type!r} with {classes.size} class(es) {shown}"
-                f"{' ...' if classes.size > 6 else ''}; BayesianSVC needs exactly two classes"
+                f"{' ...' if classes.size > 6 else ''}; {type(self).__name__} needs exactly two classes"
             )
         self.classes_ = classes
         self.posterior_ = _fit(X, y, positive=self.classes_[1], **kwargs)

@@ -199,7 +199,8 @@ def test_pickle_round_trip_is_exact(heart, params):
 
 @pytest.mark.slow
 @parametrize_with_checks(
-    [BayesianSVC(method="ecm"), BayesianSVC(model="linear", method="vi")],
+    [BayesianSVC(method="ecm"), BayesianSVC(model="linear", method="vi"),
+     ppl_bsvm.BCSVMClassifier(module_size=20, query_size=10)],
 )
 def test_scikit_learn_conformance(estimator, check):
     check(estimator)

@@ -7,12 +7,14 @@ Importing this package registers, for the GP model (``ppl_bsvm.fit(X, y, method=
 - ``gpc_sklearn``: scikit-learn's Laplace ``GaussianProcessClassifier`` (:mod:`.gpc`);
 - ``svgp``: sparse variational GP classification of Hensman et al. 2015 (:mod:`.svgp`; also
   under ``model="sparse_gp"``);
-- ``bcsvm``: the Bayesian committee SVM of Schwaighofer & Tresp (:mod:`.bcsvm`);
+- ``bcsvm``: the Bayesian committee SVM of Schwaighofer & Tresp (:mod:`.bcsvm`), whose
+  estimator is :class:`BCSVMClassifier`;
 - ``rvm``: the relevance vector machine classifier (:mod:`.rvm`), whose regression and
   classification estimators are :class:`RVMRegressor` and :class:`RVMClassifier`.
 """
 
 from . import bcsvm, gpc, platt, rvm, svgp  # noqa: F401
+from .bcsvm import BCSVMClassifier
 from .rvm import RVMClassifier, RVMRegressor
 
-__all__ = ["RVMRegressor", "RVMClassifier"]
+__all__ = ["RVMRegressor", "RVMClassifier", "BCSVMClassifier"]

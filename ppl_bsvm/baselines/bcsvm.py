@@ -17,34 +17,69 @@ symmetric form ``S B^{-1} S`` of :mod:`ppl_bsvm.inference.gaussian` with noise `
 ``A`` and infinite noise (``S = 0``) elsewhere. All modules are solved at once (``vmap``).
 
 **Laplace covariance** (paper section 5): the Hessian of eq. 6 in ``f`` is ``K^{-1} + C D``,
-``D`` the indicator of the support vectors ``A``, so module ``i``'s Gaussian at a query set
-``q`` is GP regression on its support vectors with noise ``Psi = I / C`` (paper eq. 2):
+``D`` the indicator of the support vectors ``A``, so module ``i`` is GP regression of the
+labels ``y_A`` on its support vectors with noise ``Psi = I / C`` (paper eq. 2; on ``A`` the
+squared hinge is ``(y - f - b)^2``).
 
-.. math:: \mathrm{cov}(f^q \mid D^i) = \Sigma^{qq} - \Sigma^{qA} (\Sigma^{AA} + I/C)^{-1} \Sigma^{Aq},
+**The bias as a basis function.** The classifier is ``sign(f(x) + b)``: the latent function
+is ``h = f + b`` with ``f ~ GP(0, k)`` and, as in GPML section 2.7, ``b ~ N(0, s^2)`` with
+``s -> infinity`` (a flat prior on the bias). With ``K_C = K_AA + I/C`` and
+``c = 1^T K_C^{-1} 1``, GPML eq. 2.42 gives module ``i``'s posterior of ``h^q`` at a query set:
 
-with mean ``E(f^q | D^i)`` the module's SVM output ``K_qA a_A + b`` (paper step 2).
+.. math:: E(h^q \mid D^i) = K_{qA} K_C^{-1} (y_A - \hat b\, 1) + \hat b\, 1, \qquad
+          \hat b = 1^\top K_C^{-1} y_A / c,
 
-**BCM** (paper eqs. 4-5, Tresp 2000):
-``C_BCM = -(M - 1) (Sigma^qq)^{-1} + sum_i cov_i^{-1}``,
-``E = C_BCM^{-1} sum_i cov_i^{-1} E_i``. Computed in coordinates whitened by the prior,
-``g = L^{-1} f^q`` with ``L L^T = Sigma^qq`` (plus a relative nugget ``jitter``): there the
-prior is ``N(0, I)``, module ``i``'s covariance is ``H_i = I - W_i^T W_i`` with
-``W_i = L_i^{-1} S_i K_{Aq} L^{-T}``, and ``C_BCM = I + sum_i (H_i^{-1} - I)`` is a sum of
-positive semi-definite terms (``H_i^{-1} >= I``), so no large inverses are subtracted
-(``H_i^{-1} - I = W_i^T (I - W_i W_i^T)^{-1} W_i`` when modules are smaller than query sets).
-The cost is ``O(M N_Q^2 min(s, N_Q))`` per query set, linear in ``n`` as in the paper. With one module the BC-SVM is the 2-norm SVM. ``combine="average"`` instead
-averages the module outputs (the dashed line of the paper's Fig. 1).
+.. math:: \mathrm{cov}(h^q \mid D^i) = \Sigma^{qq} - K_{qA} K_C^{-1} K_{Aq} + R^\top R / c,
+          \qquad R = 1_q^\top - 1_A^\top K_C^{-1} K_{Aq}.
+
+The mean is the module's SVM output ``K_qA a_A + b_i``: at the optimum ``b_i = 1^T p / 1^T q``
+with ``p, q = K_C^{-1}(y_A, 1)``, which is the GLS estimate ``b-hat``, and
+``a_A = K_C^{-1}(y_A - b_i 1)`` (paper step 2). The last term is the uncertainty of the bias.
+
+**BCM** (paper eqs. 4-5, Tresp 2000) over ``h^q``, whose prior is ``N(0, Sigma^qq + s^2 1 1^T)``:
+
+.. math:: C_{BCM} = -(M-1) P + \sum_i \mathrm{cov}(h^q \mid D^i)^{-1}, \qquad
+          \hat E = C_{BCM}^{-1} \sum_i \mathrm{cov}(h^q \mid D^i)^{-1} E(h^q \mid D^i),
+
+where ``P`` is the limit of the prior precision (Sherman-Morrison, ``s -> infinity``):
+
+.. math:: (\Sigma + s^2 1 1^\top)^{-1} = \Sigma^{-1}
+          - \frac{\Sigma^{-1} 1 1^\top \Sigma^{-1}}{s^{-2} + 1^\top \Sigma^{-1} 1}
+          \;\to\; P = \Sigma^{-1} - \frac{\Sigma^{-1} 1 1^\top \Sigma^{-1}}{1^\top \Sigma^{-1} 1},
+
+the precision of the improper prior of ``h^q`` (zero along the constant direction: the bias is
+learnt from the modules only, and their bias information adds up instead of being divided
+out). Dividing out
+``(Sigma^qq)^{-1}`` instead, with ``b_i`` inside ``E_i`` but not in the prior, counts the
+bias ``M`` times where the modules know little. With ``M = 1``, ``C_BCM = cov_1^{-1}`` and the
+BC-SVM is the 2-norm SVM. (Along the constant direction the prior of ``f`` itself is then not
+divided out either, so where no module knows anything the BCM weighs the biases ``b_i`` by
+``1 / (sigma^2 + N_Q / c_i)`` and shrinks the variance of the query-set mean of ``f`` by ``M``:
+an ``O(1 / N_Q)`` effect, tested in ``tests/test_baselines_bcsvm.py``. A BCM over the joint
+``(f^q, b)``, with ``b`` as an extra query variable, would avoid it.)
+
+Computation, in coordinates whitened by the prior, ``g = L^{-1} h^q`` with ``L L^T = Sigma^qq``
+(plus a relative nugget ``jitter``), ``u = L^{-1} 1``: ``P`` becomes ``I - u u^T / |u|^2``;
+module ``i``'s covariance is ``H_i = H_0 + r r^T / c`` with ``H_0 = I - W_i^T W_i``,
+``W_i = L_i^{-1} S_i K_{Aq} L^{-T}`` and ``r = u - W_i^T z``, ``z = L_i^{-1} S_i 1``
+(``K_C^{-1} = S_i B_i^{-1} S_i = S_i L_i^{-T} L_i^{-1} S_i``, so ``c = |z|^2``). A rank-one
+(Sherman-Morrison) update of ``H_0^{-1}`` gives ``T_i = H_i^{-1} - P``, positive semi-definite
+(the limit of posterior minus prior precision), in a form without cancelling terms
+(:func:`_module_information`), and ``C_BCM = P + sum_i T_i``. ``H_0^{-1} - I =
+W^T (I - W W^T)^{-1} W`` is applied through an ``s x s`` factor when modules are smaller than
+query sets. The cost is ``O(M N_Q^2 min(s, N_Q))`` per query set, linear in ``n`` as in the
+paper. ``combine="average"`` instead averages the module outputs (the dashed line of the
+paper's Fig. 1; its variance is the mean of the module variances).
 
 Query sets: the rows passed to ``predict_*`` are processed in consecutive blocks of
 ``query_size`` rows, each block combined jointly (the BCM's predictions at a point depend on
 the other points of its query set, as in the paper).
 
-The bias ``b_i`` of each module is part of its output ``E_i`` (the paper's classifier is
-``sign(f(x) + b)``); the BCM prior ``Sigma^qq`` is the kernel's.
-
 References: A. Schwaighofer and V. Tresp. The Bayesian committee support vector machine.
 ICANN 2001. V. Tresp. A Bayesian committee machine. Neural Computation 12, 2000.
 O. Chapelle. Training a support vector machine in the primal. Neural Computation 19, 2007.
+C. E. Rasmussen and C. K. I. Williams. Gaussian Processes for Machine Learning (GPML),
+MIT Press 2006, section 2.7.
 """
 
 from __future__ import annotations
@@ -62,6 +97,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
 from ..api import register
 from ..data import Problem
+from ..estimators import BayesianSVC
 from ..inference import gaussian
 from ..inference.loop import relative_change, run
 from ..kernels import DEFAULT_JITTER, Kernel, gram
@@ -80,8 +116,10 @@ __all__ = [
     "svm2_objective",
     "svm2_converged",
     "BCMModel",
+    "ModuleQuery",
     "bcm_combine",
     "bcm_latent",
+    "BCSVMClassifier",
 ]
 
 COMBINES = ("bcm", "average")
@@ -241,17 +279,85 @@ class BCMModel(NamedTuple):
     params: dict
 
 
-def _module_query(Kmq, a_i, b_i, chol_i, s_i, L_prior):
-    """Module output ``E_i``, ``V_i = L_i^{-1} S_i K_mq`` and the whitened ``W_i = V_i L^{-T}``."""
+class ModuleQuery(NamedTuple):
+    """One module at one query set (whitened by the prior factor ``L``, ``u = L^{-1} 1``).
+
+    Attributes
+    ----------
+    mean : (N_Q,)
+        ``E_i = K_qA a_A + b_i``, the SVM output (= the GLS posterior mean, GPML eq. 2.42).
+    var : (N_Q,)
+        Its Laplace variance, ``diag(Sigma^qq - V^T V) + R^2 / c`` (bias term included).
+    W : (s, N_Q)
+        ``L_i^{-1} S_i K_Aq L^{-T}``: ``I - W^T W`` is the whitened covariance without bias.
+    w : (s,)
+        ``W u - z`` with ``z = L_i^{-1} S_i 1``: the bias direction seen by the module.
+    """
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    W: jnp.ndarray
+    w: jnp.ndarray
+
+
+def _module_query(Kmq, a_i, b_i, chol_i, s_i, L_prior, u, prior_var) -> ModuleQuery:
+    """Module ``i`` at the query set: ``V = L_i^{-1} S_i K_Aq`` and ``z = L_i^{-1} S_i 1`` give
+    ``K_C^{-1} = S_i B_i^{-1} S_i`` products, ``c = 1^T K_C^{-1} 1 = |z|^2`` and
+    ``R = 1^T - z^T V``."""
     mean = Kmq.T @ a_i + b_i
     V = solve_triangular(chol_i, s_i[:, None] * Kmq, lower=True)
+    z = solve_triangular(chol_i, s_i, lower=True)
+    c = jnp.dot(z, z)
+    R = 1.0 - z @ V
+    bias_var = jnp.where(c > 0, R**2 / jnp.where(c > 0, c, 1.0), 0.0)
+    var = prior_var - jnp.sum(V**2, axis=0) + bias_var
     W = solve_triangular(L_prior, V.T, lower=True).T
-    return mean, V, W
+    return ModuleQuery(mean, var, W, W @ u - z)
+
+
+def _module_information(W, w, g, u):
+    r"""``(T_i, H_i^{-1} g_i)``: module ``i``'s information ``T_i = H_i^{-1} - P`` beyond the
+    improper prior ``P = I - u u^T / |u|^2`` and its precision-weighted whitened mean.
+
+    ``H_i = H_0 + r r^T / c`` with ``H_0 = I - W^T W``; by Sherman-Morrison
+    ``H_i^{-1} = H_0^{-1} - v v^T / d`` with ``v = H_0^{-1} r = u + t``, ``t = W^T G^{-1} w``,
+    ``d = c + r^T v = |u|^2 + delta``, ``delta = w^T G^{-1} w`` and ``G = I - W W^T``, so
+
+    .. math:: T_i = (H_0^{-1} - I) + \frac{\delta\, u u^\top}{|u|^2 d}
+              - \frac{u t^\top + t u^\top + t t^\top}{d},
+
+    written without the cancelling ``u u^T`` terms (``T_i`` is positive semi-definite). The
+    ``s x s`` factor of ``G`` (Woodbury) is used when modules are smaller than query sets, the
+    ``N_Q x N_Q`` factor of ``H_0`` (push-through ``W^T G^{-1} = H_0^{-1} W^T``) otherwise.
+    """
+    size, nq = W.shape
+    if size < nq:
+        G = jnp.eye(size, dtype=W.dtype) - W @ W.T
+        chol = (jnp.linalg.cholesky(0.5 * (G + G.T)), True)
+        info0 = W.T @ cho_solve(chol, W)  # H_0^{-1} - I
+        e = cho_solve(chol, w)
+        t, delta = W.T @ e, jnp.dot(w, e)
+        h0_g = g + W.T @ cho_solve(chol, W @ g)
+    else:
+        eye_q = jnp.eye(nq, dtype=W.dtype)
+        H0 = eye_q - W.T @ W
+        chol = (jnp.linalg.cholesky(0.5 * (H0 + H0.T)), True)
+        info0 = cho_solve(chol, eye_q) - eye_q
+        Wtw = W.T @ w
+        t = cho_solve(chol, Wtw)
+        delta = jnp.dot(w, w) + jnp.dot(Wtw, t)
+        h0_g = cho_solve(chol, g)
+    uu = jnp.dot(u, u)
+    d = uu + delta
+    cross = jnp.outer(u, t) + jnp.outer(t, u) + jnp.outer(t, t)
+    T = info0 + (delta / (uu * d)) * jnp.outer(u, u) - cross / d
+    v = u + t
+    return T, h0_g - v * (jnp.dot(v, g) / d)
 
 
 @functools.partial(jax.jit, static_argnums=(6, 7))
 def bcm_combine(Kqq, Kmq, a, b, chol, s, combine: str, jitter: float):
-    """Combined latent mean and variance at one query set (module docstring).
+    """Combined latent mean and variance of ``f^q + b`` at one query set (module docstring).
 
     Parameters
     ----------
@@ -264,32 +370,23 @@ def bcm_combine(Kqq, Kmq, a, b, chol, s, combine: str, jitter: float):
     combine : {"bcm", "average"}
     jitter : float
         Relative nugget of the query-set prior.
+
+    Returns
+    -------
+    mean, var : (N_Q,)
     """
     nq = Kqq.shape[0]
     eye_q = jnp.eye(nq, dtype=Kqq.dtype)
     P = Kqq + jitter * jnp.mean(jnp.diag(Kqq)) * eye_q
     L_prior = jnp.linalg.cholesky(P)
-    means, V, W = jax.vmap(_module_query, in_axes=(0, 0, 0, 0, 0, None))(Kmq, a, b, chol, s, L_prior)
+    u = solve_triangular(L_prior, jnp.ones(nq, dtype=Kqq.dtype), lower=True)
+    query = jax.vmap(_module_query, in_axes=(0, 0, 0, 0, 0, None, None, None))(
+        Kmq, a, b, chol, s, L_prior, u, jnp.diag(P))
     if combine == "average":
-        var = jnp.diag(Kqq)[None, :] - jnp.sum(V**2, axis=1)
-        return jnp.mean(means, axis=0), jnp.mean(var, axis=0)
-
-    def information(W_i, g_i):
-        """``(H_i^{-1} - I, H_i^{-1} g_i)`` for the whitened covariance ``H_i = I - W_i^T W_i``,
-        through an ``s x s`` factor (Woodbury) when modules are smaller than query sets."""
-        size = W_i.shape[0]
-        if size < nq:
-            G = jnp.eye(size, dtype=W_i.dtype) - W_i @ W_i.T
-            chol_G = jnp.linalg.cholesky(0.5 * (G + G.T))
-            info = W_i.T @ cho_solve((chol_G, True), W_i)
-            return info, g_i + info @ g_i
-        H = eye_q - W_i.T @ W_i
-        chol_H = jnp.linalg.cholesky(0.5 * (H + H.T))
-        return cho_solve((chol_H, True), eye_q) - eye_q, cho_solve((chol_H, True), g_i)
-
-    g = solve_triangular(L_prior, means.T, lower=True).T  # (M, N_Q) whitened module means
-    infos, rhs = jax.vmap(information)(W, g)
-    precision = eye_q + jnp.sum(infos, axis=0)
+        return jnp.mean(query.mean, axis=0), jnp.mean(query.var, axis=0)
+    g = solve_triangular(L_prior, query.mean.T, lower=True).T  # (M, N_Q) whitened module means
+    infos, rhs = jax.vmap(_module_information, in_axes=(0, 0, 0, None))(query.W, query.w, g, u)
+    precision = eye_q - jnp.outer(u, u) / jnp.dot(u, u) + jnp.sum(infos, axis=0)
     R = jnp.linalg.cholesky(0.5 * (precision + precision.T))
     g_hat = cho_solve((R, True), jnp.sum(rhs, axis=0))
     Y = solve_triangular(R, L_prior.T, lower=True)  # cov_f = Y^T Y
@@ -435,3 +532,123 @@ def bcsvm(
         jitter=jitter,
         state=state,
     )
+
+
+class BCSVMClassifier(BayesianSVC):
+    """Bayesian committee SVM (Schwaighofer & Tresp 2001), binary, scikit-learn API.
+
+    The estimator form of ``ppl_bsvm.fit(X, y, method="bcsvm", ...)`` (:func:`bcsvm`): 2-norm
+    soft-margin SVM modules of ``module_size`` points, their Laplace Gaussians combined by the
+    BCM (paper eqs. 4-5) over query sets of ``query_size`` test rows. Built on
+    :class:`ppl_bsvm.BayesianSVC` (validation, labels, ``posterior_``, pickling) with the
+    engine's options as parameters, so that ``GridSearchCV`` can tune them.
+
+    Parameters
+    ----------
+    kernel : str or Kernel, default="rbf"
+        Covariance function (a string uses the median-heuristic lengthscale).
+    C : float, default=1.0
+        2-norm soft-margin constant (paper eq. 6); the Laplace noise is ``I / C``.
+    module_size : int, default=200
+        Target points per module (``ceil(n / module_size)`` modules; ``>= n`` is the 2-norm SVM).
+    query_size : int, default=200
+        Test rows combined jointly by the BCM.
+    combine : {"bcm", "average"}, default="bcm"
+        BCM weights or the plain average of the module outputs (paper Fig. 1).
+    seed : int, default=0
+        Seed of the random partition into modules.
+    max_iter : int, default=100
+        Newton iterations of the module SVMs.
+    tol : float, default=1e-12
+        Relative objective change (with unchanged active sets) that stops the Newton iteration.
+    jitter : float, default=1e-6
+        Relative jitter of the module kernels and nugget of the query-set prior.
+    link : str, default="probit"
+        Link from the combined latent Gaussian to ``predict_proba`` (``"probit"``,
+        ``"logit"``, ...; see :data:`ppl_bsvm.baselines._common.BASELINE_LINKS`).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+        The two labels, sorted; ``predict_proba[:, 1]`` is the probability of ``classes_[1]``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names (a DataFrame).
+    posterior_ : ppl_bsvm.Fit
+        The fit: module assignment, support vectors, dual weights and biases in
+        ``posterior_.idata["modules"]``, Newton trace, timings.
+    n_iter_ : int
+        Newton iterations taken (all modules together).
+
+    Notes
+    -----
+    ``decision_function`` is ``Phi^{-1}(predict_proba[:, 1])`` as for
+    :class:`ppl_bsvm.BayesianSVC` (with the probit link, the BCM's combined latent mean of
+    ``f(x) + b`` moderated by its variance), ``predict`` its sign and ``predict_proba`` the link
+    averaged over the combined latent Gaussian; the combined mean and variance are
+    ``posterior_.predict_latent(X)``.
+
+    The BCM combines the rows of ``X`` in consecutive blocks of ``query_size`` (paper eqs.
+    4-5): the prediction at a row depends on the other rows of its block; use
+    ``query_size >= len(X)`` for predictions that do not depend on the batching.
+
+    scikit-learn's ``check_estimator`` passes (run in the test suite with ``module_size=20``,
+    ``query_size=10``) with the binary-only tag ``classifier_tags.multi_class = False``, as for
+    :class:`ppl_bsvm.BayesianSVC`.
+
+    Pickling round-trips predictions exactly (as :class:`ppl_bsvm.BayesianSVC`).
+
+    Examples
+    --------
+    >>> import ppl_bsvm
+    >>> X, y = ppl_bsvm.datasets.load("pima", standardize=True)
+    >>> clf = ppl_bsvm.BCSVMClassifier(module_size=100, query_size=100).fit(X, y)
+    >>> proba = clf.predict_proba(X[:5])
+    """
+
+    def __init__(
+        self,
+        kernel="rbf",
+        *,
+        C=1.0,
+        module_size=200,
+        query_size=200,
+        combine="bcm",
+        seed=0,
+        max_iter=100,
+        tol=1e-12,
+        jitter=DEFAULT_JITTER,
+        link=DEFAULT_LINK,
+    ):
+        self.kernel = kernel
+        self.C = C
+        self.module_size = module_size
+        self.query_size = query_size
+        self.combine = combine
+        self.seed = seed
+        self.max_iter = max_iter
+        self.tol = tol
+        self.jitter = jitter
+        self.link = link
+
+    def fit(self, X, y):
+        """Train the module SVMs on binary data; returns ``self``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Exactly two distinct labels of any type.
+        """
+        super().fit(X, y)
+        self.n_iter_ = self.posterior_.n_iter
+        return self
+
+    def _fit_arguments(self) -> dict:
+        # values are checked by the engine (a ValueError naming the option)
+        return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
+                **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
+
+
+_ESTIMATOR_OPTIONS = ("C", "module_size", "query_size", "combine", "max_iter", "tol", "jitter",
+                      "link")

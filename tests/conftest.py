@@ -36,3 +36,12 @@ def toy2d():
     X = r.standard_normal((60, 2))
     y = np.where(X @ np.array([1.5, -1.0]) + 0.7 * r.standard_normal(60) > 0, 1.0, -1.0)
     return X, y
+
+
+def pytest_collection_modifyitems(config, items):
+    """Start the longest tests (the notebooks, a minute or more each) first.
+
+    pytest-xdist hands tests out in collection order; left for last, the notebooks kept one
+    worker busy for minutes after the other had finished.
+    """
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_notebooks.py") else 1)

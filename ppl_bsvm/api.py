@@ -256,10 +256,9 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, options) -> Fit:
         previous = load(previous)
     engine = get_engine(previous.model, previous.method)
     if engine.budget is None or previous.checkpoint is None:
-        resumable = sorted({(m, meth) for (m, meth), e in _REGISTRY.items() if e.budget})
         raise ValueError(
             f"method={previous.method!r} (model={previous.model!r}) cannot be resumed; "
-            f"resumable (model, method) pairs: {resumable}"
+            f"resumable (model, method) pairs: {_resumable()}"
         )
     problem = check_X_y(X, y, positive=previous.labels.positive)
     if _fingerprint(problem) != previous.fingerprint:
@@ -292,16 +291,19 @@ def _same(a, b) -> bool:
         return False
 
 
+def _resumable() -> list[tuple[str, str]]:
+    return sorted((m, meth) for (m, meth), e in _REGISTRY.items() if e.budget)
+
+
 def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: dict):
     if checkpoint is None:
         if checkpoint_every is not None:
             raise ValueError("checkpoint_every needs checkpoint=<directory>")
         return None
     if engine.budget is None:
-        resumable = sorted({(m, meth) for (m, meth), e in _REGISTRY.items() if e.budget})
         raise ValueError(
             f"checkpoint is not supported by method={engine.method!r} (model={engine.model!r}), "
-            f"which cannot resume; checkpointing (model, method) pairs: {resumable}"
+            f"which cannot resume; checkpointing (model, method) pairs: {_resumable()}"
         )
     if not isinstance(checkpoint, (str, Path)):
         raise ValueError(f"checkpoint must be a directory path, got {checkpoint!r}")

@@ -62,49 +62,39 @@ def _empty_like(leaf, max_iter):
     return jnp.full((max_iter, *leaf.shape), fill, dtype=leaf.dtype)
 
 
-def _watched(tree):
-    """The floating-point leaves of ``tree`` that must stay finite (see module doc)."""
+def _watched(tree, path: str = "state") -> list:
+    """``(path, leaf)`` for the floating-point leaves of ``tree`` that must stay finite.
+
+    ``path`` names the leaf as the error message shows it (``state.window.values``); fields a
+    NamedTuple class lists in ``nonfinite_ok`` are skipped (see module doc).
+    """
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # NamedTuple
         skip = getattr(type(tree), "nonfinite_ok", ())
         return [
-            leaf
+            pair
             for name, value in zip(tree._fields, tree, strict=True)
             if name not in skip
-            for leaf in _watched(value)
+            for pair in _watched(value, f"{path}.{name}")
         ]
     if isinstance(tree, dict):
-        return [leaf for key in sorted(tree) for leaf in _watched(tree[key])]
+        return [pair for key in sorted(tree) for pair in _watched(tree[key], f"{path}[{key!r}]")]
     if isinstance(tree, (list, tuple)):
-        return [leaf for value in tree for leaf in _watched(value)]
+        return [pair for i, value in enumerate(tree) for pair in _watched(value, f"{path}[{i}]")]
     if hasattr(tree, "dtype") and jnp.issubdtype(tree.dtype, jnp.inexact):
-        return [tree]
+        return [(path, tree)]
     return []
 
 
 def _all_finite(state):
-    leaves = _watched(state)
+    leaves = [leaf for _, leaf in _watched(state)]
     if not leaves:
         return jnp.asarray(True)
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
-def _nonfinite_fields(tree, prefix="state") -> list[str]:
-    """Paths (``state.window.values``) of the watched leaves holding a NaN or inf (host side)."""
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        skip = getattr(type(tree), "nonfinite_ok", ())
-        return [
-            path
-            for name, value in zip(tree._fields, tree, strict=True)
-            if name not in skip
-            for path in _nonfinite_fields(value, f"{prefix}.{name}")
-        ]
-    if isinstance(tree, dict):
-        return [p for key in sorted(tree) for p in _nonfinite_fields(tree[key], f"{prefix}[{key!r}]")]
-    if isinstance(tree, (list, tuple)):
-        return [p for i, v in enumerate(tree) for p in _nonfinite_fields(v, f"{prefix}[{i}]")]
-    if hasattr(tree, "dtype") and jnp.issubdtype(tree.dtype, jnp.inexact):
-        return [] if bool(np.all(np.isfinite(np.asarray(tree)))) else [prefix]
-    return []
+def _nonfinite_fields(state) -> list[str]:
+    """Paths of the watched leaves holding a NaN or inf (host side, for the error message)."""
+    return [path for path, leaf in _watched(state) if not np.all(np.isfinite(np.asarray(leaf)))]
 
 
 def _step_name(step: Callable) -> str:

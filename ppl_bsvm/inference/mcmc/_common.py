@@ -121,17 +121,16 @@ class MCMCRun(NamedTuple):
         ``mcmc``: seconds of all warmup and sampling iterations of all chains, compilation
         taken out; ``compile``: seconds of XLA lowering and compilation (measured with
         ``jax.monitoring``; Python tracing stays in ``mcmc``).
-    last_state : NamedTuple
-        The sampler's final state (batched over chains for ``vectorized``).
     mcmc : numpyro.infer.MCMC or None
         None when a resumed run had nothing left to draw.
     checkpoint : MCMCCheckpoint
+        The sampler's final state (``checkpoint.last_state``, batched over chains for
+        ``vectorized``) and the draws so far.
     """
 
     samples: dict
     extra: dict
     timings: dict
-    last_state: Any
     mcmc: Any
     checkpoint: MCMCCheckpoint
 
@@ -199,7 +198,7 @@ def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra
         )
     if resume is not None and done == config.num_samples:
         return MCMCRun(dict(resume.samples), dict(resume.extra), {"mcmc": 0.0, "compile": 0.0},
-                       resume.last_state, None, resume)
+                       None, resume)
     mcmc = MCMC(
         kernel,
         num_warmup=config.num_warmup,
@@ -226,7 +225,7 @@ def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra
         extra = _append_draws(resume.extra, extra)
     timings = {"mcmc": seconds, "compile": compile_seconds}
     checkpoint = MCMCCheckpoint(mcmc.last_state, dict(samples), dict(extra), config.num_samples)
-    return MCMCRun(samples, extra, timings, mcmc.last_state, mcmc, checkpoint)
+    return MCMCRun(samples, extra, timings, mcmc, checkpoint)
 
 
 def _append_draws(old: dict, new: dict) -> dict:
@@ -388,7 +387,7 @@ def mcmc_fit(
         kernel_params=kernel_params,
         jitter=jitter,
         options=dict(options or {}),
-        state=run.last_state,
+        state=run.checkpoint.last_state,
         checkpoint=run.checkpoint,
     )
 

@@ -34,6 +34,7 @@ from ppl_bsvm.inference.mcmc import (
     sample_f,
     sample_gig_half,
     sample_lam,
+    sample_line,
     sample_scale,
 )
 from ppl_bsvm.inference.mcmc._common import thin_draws
@@ -149,6 +150,68 @@ def test_sample_scale_matches_its_density(case):
     assert np.all(c > 0) and trials.max() <= 20 and trials.mean() < 2.0
     cdf = _scale_cdf(quad, margins, dim, gamma)
     assert stats.kstest(c, cdf).pvalue > P_MIN
+
+
+# --- the line moves -------------------------------------------------------------------------
+
+def _line_log_density(t, margins, dm, a, b, gamma):
+    q = (1.0 - margins)[None, :] - t[:, None] * dm[None, :]
+    return -0.5 * a * t**2 - b * t - 2 * gamma * np.maximum(0.0, q).sum(1)
+
+
+def _line_cdf(margins, dm, a, b, gamma):
+    """CDF of the line's density on a grid wide enough to hold it (checked)."""
+    t = np.linspace(-150.0, 150.0, 1500001)
+    log_h = _line_log_density(t, margins, dm, a, b, gamma)
+    pdf = np.exp(log_h - log_h.max())
+    assert pdf[0] < 1e-12 and pdf[-1] < 1e-12
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (pdf[1:] + pdf[:-1]) * np.diff(t))])
+    return lambda x: np.interp(x, t, cum / cum[-1])
+
+
+@pytest.mark.parametrize(
+    "case", ["unit_sd", "mode_far_left", "wide", "narrow", "flat_prior_kinked", "few_points"],
+)
+def test_sample_line_matches_its_density(case):
+    """Exact draws along a line against quadrature: the grid search must cope with a mode
+    far from 0, a spread far from one unit, and a density made of a few kinks."""
+    r = np.random.default_rng(31)
+    n, a, b, gamma = 80, 0.05, 0.0, 1.0
+    margins, dm = r.normal(1.0, 1.5, n), r.normal(0.0, 0.15, n)
+    if case == "mode_far_left":
+        b = 6.0
+    elif case == "wide":
+        dm, a = dm / 8.0, 0.002
+    elif case == "narrow":
+        dm = dm * 10.0
+    elif case == "flat_prior_kinked":
+        a, margins, dm = 1e-9, np.array([0.5, 1.2, 2.0, -0.3]), np.array([0.8, -0.6, 1.1, -0.9])
+    elif case == "few_points":
+        margins, dm, gamma = np.array([0.2, 1.7]), np.array([0.4, -0.3]), 0.7
+    fn = jax.jit(jax.vmap(lambda k: sample_line(
+        k, jnp.asarray(margins), jnp.asarray(dm), a, b, gamma)))
+    t, trials = (np.asarray(v) for v in fn(_keys(32, 4000)))
+    assert trials.max() <= 30 and trials.mean() < 2.0  # never a failed draw (129)
+    assert stats.kstest(t, _line_cdf(margins, dm, a, b, gamma)).pvalue > P_MIN
+
+
+def test_chord_envelope_lies_above_the_density():
+    """Each linear piece of the log envelope bounds the log density on its interval, and the
+    intervals tile the line."""
+    r = np.random.default_rng(33)
+    for _ in range(20):
+        margins, dm = r.normal(1.0, 1.5, 30), r.normal(0.0, 0.5, 30)
+        a, b = r.uniform(0.01, 2.0), r.normal()
+        t = np.sort(r.uniform(-4, 4, 7))
+        h = _line_log_density(t, margins, dm, a, b, 1.0)
+        lo, hi, at, ah, slope = (np.asarray(v) for v in gibbs._chord_envelope(jnp.asarray(t), jnp.asarray(h)))
+        order = np.argsort(lo, kind="stable")
+        assert lo[order[0]] == -np.inf and hi[order[-1]] == np.inf
+        np.testing.assert_array_equal(hi[order[:-1]], lo[order[1:]])
+        for j in range(lo.size):
+            x = np.linspace(max(lo[j], -12.0), min(hi[j], 12.0), 201)
+            bound = ah[j] + slope[j] * (x - at[j])
+            assert np.all(bound >= _line_log_density(x, margins, dm, a, b, 1.0) - 1e-9)
 
 
 # --- the Gaussian conditionals --------------------------------------------------------------
@@ -272,13 +335,20 @@ def plane_fits(plane):
     common = dict(model="linear", intercept=False, num_samples=2000, num_warmup=500, num_chains=4)
     return {
         "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
-        "gibbs_no_scale": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False, seed=2, **common),
-        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9, seed=6, **common),
+        "gibbs_textbook": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False, directions=0,
+                                       seed=2, **common),
+        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9, directions=0,
+                                          seed=6, **common),
+        # line moves alone, along two fixed directions that are neither orthogonal nor scaled
+        "gibbs_fixed_lines": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False,
+                                          directions=[[0.9, 0.2], [-0.1, 0.3]], seed=7, **common),
         "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
     }
 
 
-@pytest.mark.parametrize("sampler", ["gibbs", "gibbs_no_scale", "gibbs_overrelaxed", "nuts"])
+@pytest.mark.parametrize(
+    "sampler", ["gibbs", "gibbs_textbook", "gibbs_overrelaxed", "gibbs_fixed_lines", "nuts"]
+)
 def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler):
     mean, sd = plane[2:]
     fit = plane_fits[sampler]
@@ -294,9 +364,12 @@ def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler)
 def test_gibbs_fit_face(plane, plane_fits):
     fit = plane_fits["gibbs"]
     stats_ = fit.idata.sample_stats
-    assert set(stats_.data_vars) >= {"lp", "scale", "scale_trials", "n_floored"}
+    assert set(stats_.data_vars) >= {"lp", "scale", "scale_trials", "n_floored", "line_trials",
+                                     "line_failed"}
     assert int(stats_["n_floored"].sum()) == 0
     assert 1.0 <= float(stats_["scale_trials"].mean()) < 2.0
+    assert 2.0 <= float(stats_["line_trials"].mean()) < 4.0  # two directions, < 2 proposals each
+    assert int(stats_["line_failed"].sum()) == 0
     assert fit.timings["mcmc"] > 0 and fit.timings["compile"] >= 0
     assert fit.options["scale_step"] is True and fit.options["num_chains"] == 4
     # the recorded lp is the marginal log posterior of the stored draw
@@ -304,6 +377,44 @@ def test_gibbs_fit_face(plane, plane_fits):
     X, y = plane[:2]
     lp = -0.5 * b @ b - 2 * np.maximum(0, 1 - y * (X @ b)).sum()
     assert float(stats_["lp"].values[1, 7]) == pytest.approx(lp, rel=1e-10)
+
+
+def test_learned_directions_are_the_posterior_principal_axes(plane_fits):
+    """After warmup, ``sum_j v_j v_j^T`` is the covariance of the last window's 250 draws
+    (shrunk a little): it matches the covariance of the kept draws to within that window's
+    sampling error (relative error about sqrt(2 / ESS), ESS ~ 100 per chain)."""
+    fit = plane_fits["gibbs"]
+    V = np.asarray(fit.checkpoint.last_state.moves.V)  # (chain, k, d)
+    assert V.shape == (4, 2, 2)
+    draws = fit.posterior["beta"].values.reshape(-1, 2)
+    cov = np.cov(draws.T)
+    for chain in range(4):
+        learned = V[chain].T @ V[chain]
+        assert np.linalg.norm(learned - cov) < 0.3 * np.linalg.norm(cov)
+        # sorted by variance, largest first
+        assert np.linalg.norm(V[chain, 0]) >= np.linalg.norm(V[chain, 1])
+
+
+def test_direction_schedule(plane):
+    """Directions start as the prior-scaled axes, are learned only when a warmup window
+    closes, and stay as they are without enough warmup."""
+    X, y = plane[:2]
+
+    def run(num_warmup):
+        mcmc = MCMC(BSVMGibbs(models.linear_bsvm), num_warmup=num_warmup, num_samples=3,
+                    num_chains=2, chain_method="vectorized", progress_bar=False)
+        mcmc.run(jax.random.key(2), X, y.astype(float), prior_scale=2.0)
+        return mcmc.last_state
+
+    short = run(6)
+    np.testing.assert_array_equal(short.moves.V, np.broadcast_to(2.0 * np.eye(2), (2, 2, 2)))
+    assert np.all(np.asarray(short.it) == 9)
+    learned = run(40)
+    assert not np.allclose(learned.moves.V, 2.0 * np.eye(2))
+    assert np.all(np.asarray(learned.moves.count) == 0)  # the window was closed and reset
+    np.testing.assert_allclose(
+        learned.moves.dm, np.einsum("ckd,nd->ckn", learned.moves.V, y[:, None] * X), rtol=1e-12
+    )
 
 
 def test_nuts_fit_face(plane_fits):
@@ -447,6 +558,13 @@ def test_gibbs_refuses_a_kernel_matrix_that_is_not_positive_definite(plane):
         ("gibbs", {"scale_step": 1}, "scale_step"),
         ("gibbs", {"overrelax": -1.0}, "overrelax"),
         ("gibbs", {"overrelax": "yes"}, "overrelax"),
+        ("gibbs", {"directions": -1}, "directions must be >= 0"),
+        ("gibbs", {"directions": "some"}, "directions must be a number"),
+        ("gibbs", {"directions": True}, "directions must be a number"),
+        ("gibbs", {"directions": 4}, "exceeds the dimension 3"),
+        ("gibbs", {"directions": [[1.0, 0.0]]}, "2 columns"),
+        ("gibbs", {"directions": [[0.0, 0.0, 0.0]]}, "no zero row"),
+        ("gibbs", {"directions": [[np.nan, 1.0, 0.0]]}, "finite"),
         ("nuts", {"target_accept_prob": 1.5}, "target_accept_prob"),
         ("nuts", {"store_lam": True}, "augmented=True"),
         ("nuts", {"max_predictive_draws": 0}, "max_predictive_draws"),
@@ -511,7 +629,8 @@ def test_short_chains_are_flagged(plane):
     X, y = plane[:2]
     with pytest.warns(ConvergenceWarning, match=r"R-hat 1\.\d+ > 1.01 in site 'beta'"):
         fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=15,
-                           num_warmup=0, num_chains=3, scale_step=False, prior_scale=5.0, seed=3)
+                           num_warmup=0, num_chains=3, scale_step=False, directions=0,
+                           prior_scale=5.0, seed=3)
     assert fit.idata.attrs["rhat_max"] > 1.01 and fit.idata.attrs["ess_bulk_min"] < 45
 
 

@@ -19,6 +19,7 @@ from .gibbs import (
     sample_f,
     sample_gig_half,
     sample_lam,
+    sample_line,
     sample_scale,
 )
 from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats
@@ -44,5 +45,6 @@ __all__ = [
     "sample_f",
     "sample_gig_half",
     "sample_lam",
+    "sample_line",
     "sample_scale",
 ]

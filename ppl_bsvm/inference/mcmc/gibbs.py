@@ -84,6 +84,7 @@ Layers (BlackJAX style): the pure conditionals :func:`sample_lam`, :func:`sample
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -126,6 +127,8 @@ __all__ = [
     "sample_f",
     "overrelaxed",
     "sample_scale",
+    "sample_line",
+    "LineMoves",
     "LinearData",
     "GPData",
     "GibbsState",
@@ -585,6 +588,203 @@ def sample_scale(key, quad, margins, dim, gamma=1.0):
 
 
 # --------------------------------------------------------------------------------------------
+# Line moves: exact draws along fixed directions of the marginal posterior
+# --------------------------------------------------------------------------------------------
+
+_LINE_GRID = np.arange(-3.0, 4.0)  # abscissae of the envelope, in units of the direction
+_LINE_PROPOSALS = 2  # envelope proposals drawn together per round of the rejection loop
+_MAX_LINE_TRIALS = 128
+_MAX_REGRID = 40  # steps of each of the two searches of the grid
+_COARSE = 1.5  # a grid spaced wider than this many sds (by its top parabola) is refined:
+# the envelope's acceptance falls with the spacing in units of the spread
+_END_DROP = 0.5  # the end chords must fall by this much: a flat one makes a long tail
+
+
+def _line_log_h(t, r, dm, a, b, gamma):
+    """``-a t^2 / 2 - b t - 2 gamma sum_i max(0, r_i - t dm_i)`` at every point of ``t``."""
+    q = r[None, :] - t[:, None] * dm[None, :]
+    # The sum over points as a product with ones: XLA's CPU reductions are not vectorized,
+    # a dot product is (about 2.5x faster at n = 1000, and this is the move's whole cost).
+    return -0.5 * a * t**2 - b * t - 2.0 * gamma * (jnp.maximum(q, 0.0) @ jnp.ones_like(r))
+
+
+def _chord_envelope(t, h):
+    r"""Upper envelope of a concave ``h`` known at sorted abscissae ``t`` (``G >= 4``), made of
+    the chords extended beyond their ends (Gilks 1992, derivative-free ARS).
+
+    On ``[t_g, t_{g+1}]`` the chords through ``(t_{g-1}, t_g)`` and ``(t_{g+1}, t_{g+2})``,
+    extended, lie above ``h`` (concavity), so their minimum does; beyond ``t_0`` and
+    ``t_{G-1}`` the end chords do. Returns ``(lo, hi, anchor_t, anchor_h, slope)`` of the
+    ``2G - 2`` linear pieces of ``log`` envelope, ``anchor_h + slope (x - anchor_t)`` on
+    ``[lo, hi]``. Integrable when the first chord rises and the last falls.
+    """
+    G = t.shape[0]
+    sig = (h[1:] - h[:-1]) / (t[1:] - t[:-1])  # chord slopes, decreasing
+    g = np.arange(1, G - 2)  # interior intervals: two chords each, meeting at x
+    sl, sr = sig[g - 1], sig[g + 1]
+    den = sl - sr
+    x = (h[g + 1] - h[g] + sl * t[g] - sr * t[g + 1]) / jnp.where(den > 0, den, 1.0)
+    x = jnp.where(den > 0, jnp.clip(x, t[g], t[g + 1]), 0.5 * (t[g] + t[g + 1]))
+    inf = jnp.full((1,), jnp.inf, t.dtype)
+    first, last = slice(0, 1), slice(G - 1, G)
+    lo = jnp.concatenate([-inf, t[first], t[g], x, t[G - 2:G - 1], t[last]])
+    hi = jnp.concatenate([t[first], t[1:2], x, t[g + 1], t[last], inf])
+    at = jnp.concatenate([t[first], t[1:2], t[g], t[g + 1], t[G - 2:G - 1], t[last]])
+    ah = jnp.concatenate([h[first], h[1:2], h[g], h[g + 1], h[G - 2:G - 1], h[last]])
+    slope = jnp.concatenate([sig[:1], sig[1:2], sl, sr, sig[G - 3:G - 2], sig[G - 2:]])
+    return lo, hi, at, ah, slope
+
+
+def _line_grid(log_h, base):
+    """Abscissae ``center + width * base`` (``base`` symmetric, spacing 1) at which the chord
+    envelope of the concave ``log_h`` is tight, and ``log_h`` there.
+
+    From ``center = 0, width = 1``, two searches:
+
+    1. Bracket the mode with end chords that rise and fall by more than ``_END_DROP``, so
+       that the envelope's exponential tails are short: an end chord that falls the wrong
+       way moves the grid to that end, one that is too flat leaves it in place, and both
+       double its width (so the search cannot cycle).
+    2. While the parabola through the grid's top three values has an sd below
+       ``1 / _COARSE`` spacings, put the grid on its vertex with its sd as spacing (at least
+       an eighth of the old one), keeping the new grid only if it still brackets the mode
+       as in 1.
+
+    Returns ``(t, h, ok)``; ``ok`` is false if not even a weak bracket (first chord rising,
+    last falling) was found, and then the envelope is not integrable.
+    """
+    def brackets(h):
+        return (h[1] - h[0] > _END_DROP) & (h[-2] - h[-1] > _END_DROP)
+
+    def shift(carry):
+        center, width, h, n = carry
+        t = center + width * base
+        left = h[1] - h[0] <= _END_DROP
+        wrong_way = jnp.where(left, h[1] <= h[0], h[-2] <= h[-1])
+        center = jnp.where(wrong_way, jnp.where(left, t[0], t[-1]), center)
+        width = 2.0 * width
+        return center, width, log_h(center + width * base), n + 1
+
+    zero = jnp.zeros((), base.dtype)
+    init = (zero, jnp.ones_like(zero), log_h(base), jnp.zeros((), jnp.int32))
+    center, width, h, _ = jax.lax.while_loop(
+        lambda c: ~brackets(c[2]) & (c[3] < _MAX_REGRID), shift, init
+    )
+
+    def parabola(h):
+        """Vertex offset and sd, in units of the spacing, of the parabola through the top
+        value and its neighbours (exact for a Gaussian)."""
+        top = jnp.clip(jnp.argmax(h), 1, h.shape[0] - 2)
+        lo, mid, hi = h[top - 1], h[top], h[top + 1]
+        curv = jnp.minimum(lo - 2.0 * mid + hi, -1e-12)
+        return base[top] + 0.5 * (lo - hi) / curv, jax.lax.rsqrt(-curv)
+
+    def coarse(h):
+        return parabola(h)[1] < 1.0 / _COARSE
+
+    def zoom(carry):
+        center, width, h, n = carry
+        vertex, sd = parabola(h)
+        new_center = center + width * vertex
+        new_width = width * jnp.maximum(sd, 0.125)
+        new_h = log_h(new_center + new_width * base)
+        keep = brackets(new_h)
+        n = jnp.where(keep, n + 1, _MAX_REGRID)  # a zoom that loses the bracket ends the search
+        return (jnp.where(keep, new_center, center), jnp.where(keep, new_width, width),
+                jnp.where(keep, new_h, h), n)
+
+    center, width, h, _ = jax.lax.while_loop(
+        lambda c: coarse(c[2]) & (c[3] < _MAX_REGRID), zoom,
+        (center, width, h, jnp.zeros((), jnp.int32)),
+    )
+    ok = (h[1] > h[0]) & (h[-2] > h[-1])
+    return center + width * base, h, ok
+
+
+def sample_line(key, margins, dm, a, b, gamma=1.0):
+    r"""Exact draw of ``t`` from :math:`p(t) \propto \exp\big(-\tfrac{a}{2} t^2 - b t
+    - 2\gamma \sum_i \max(0,\ 1 - m_i - t\, d_i)\big)`.
+
+    The marginal posterior (``lam`` integrated out) along the line ``z + t v``: ``a = v^T
+    P v`` and ``b = z^T P v`` with ``P`` the prior precision, ``m`` the margins at ``z`` and
+    ``d`` their change per unit of ``t`` (``Z v`` for the linear model, ``y * v`` for the GP).
+
+    Parameters
+    ----------
+    key : PRNG key
+    margins : (n,) float
+    dm : (n,) float
+    a : () float, > 0
+    b : () float
+    gamma : float
+
+    Returns
+    -------
+    t : () float
+    trials : () int32
+        Envelope proposals used; ``_MAX_LINE_TRIALS + 1`` if none was accepted (or no
+        envelope was found), in which case ``t = 0``: the chain stays put, a no-op that the
+        sampler counts (``line_failed``) and that has not happened in our runs.
+
+    Notes
+    -----
+    The log density is concave and piecewise quadratic. It is evaluated at seven points,
+    one unit apart around ``t = 0`` (the directions are scaled so that a unit is about one
+    posterior sd), the grid moved or refined until it brackets the mode at a useful
+    spacing (:func:`_line_grid`), and ``t`` drawn by rejection from the envelope of extended
+    chords (:func:`_chord_envelope`; about 1.3 proposals per draw). Every envelope gives the
+    exact conditional, so the grid may depend on the current point. Proposals come
+    ``_LINE_PROPOSALS`` at a time, as in :func:`sample_scale`.
+    """
+    dtype = margins.dtype
+    r = 1.0 - margins
+
+    def log_h(t):
+        return _line_log_h(t, r, dm, a, b, gamma)
+
+    t, h, ok = _line_grid(log_h, jnp.asarray(_LINE_GRID, dtype))
+    lo, hi, at, ah, slope = _chord_envelope(t, h)
+    width = hi - lo
+    rate = jnp.abs(slope)
+    rising = slope > 0  # the piece is largest at hi
+    top = ah + slope * (jnp.where(rising, hi, lo) - at)
+    flat = rate * width < 1e-12  # a uniform piece (never one of the two infinite tails)
+    frac = jnp.where(flat, width, -jnp.expm1(-rate * width) / jnp.where(flat, 1.0, rate))
+    cdf = jnp.cumsum(jnp.where(ok, jnp.exp(top - jnp.max(top)) * frac, 1.0))
+
+    def propose(k):
+        # one call of the generator per round: each costs compile time in a vmapped loop
+        v, u, acc = random.uniform(k, (3, _LINE_PROPOSALS), dtype)
+        piece = jnp.sum(v[:, None] * cdf[-1] >= cdf[None, :], axis=1)
+        piece = jnp.minimum(piece, cdf.shape[0] - 1)  # v * total rounding up to total
+        rate_, width_, flat_ = rate[piece], width[piece], flat[piece]
+        # distance from the piece's high end, drawn from the truncated exponential
+        off = jnp.where(
+            flat_, u * jnp.where(flat_, width_, 0.0),
+            -jnp.log1p(u * jnp.expm1(-rate_ * width_)) / jnp.where(flat_, 1.0, rate_),
+        )
+        x = jnp.where(rising[piece], hi[piece] - off, lo[piece] + off)
+        envelope = ah[piece] + slope[piece] * (x - at[piece])
+        accept = jnp.log(acc) <= log_h(x) - envelope
+        first = jnp.argmax(accept)
+        return x[first], accept[first], first
+
+    def cond(carry):
+        _, _, accepted, trials = carry
+        return ~accepted & (trials < _MAX_LINE_TRIALS)
+
+    def body(carry):
+        k, _, _, trials = carry
+        x, accepted, first = propose(random.fold_in(key, trials))
+        return k, x, accepted, trials + jnp.where(accepted, first + 1, _LINE_PROPOSALS).astype(jnp.int32)
+
+    init = (key, jnp.zeros((), dtype), ~ok, jnp.zeros((), jnp.int32))
+    _, x, accepted, trials = jax.lax.while_loop(cond, body, init)
+    done = accepted & ok
+    return jnp.where(done, x, 0.0), jnp.where(done, trials, _MAX_LINE_TRIALS + 1)
+
+
+# --------------------------------------------------------------------------------------------
 # One sweep
 # --------------------------------------------------------------------------------------------
 
@@ -605,6 +805,106 @@ class GPData(NamedTuple):
     chol_K: jnp.ndarray  # (n, n) its lower Cholesky factor
     y: jnp.ndarray  # (n,)
     gamma: jnp.ndarray  # ()
+
+
+class LineMoves(NamedTuple):
+    """Directions of one chain's line moves (:func:`sample_line`) and the warmup statistics
+    they are learned from (a pytree carried in :class:`GibbsState`).
+
+    Attributes
+    ----------
+    V : (k, d)
+        The directions, each scaled by the posterior sd along it, so that one unit of ``t``
+        is about one sd (the envelope's grid is laid out in those units).
+    dm : (k, n)
+        Change of the margins per unit along each direction (``Z v`` or ``y * v``).
+    Pv : (k, d)
+        Prior precision times each direction (``v / prior_scale^2`` or ``K^-1 v``).
+    a : (k,)
+        ``v^T P v``.
+    count : () float
+        Draws in the current warmup window.
+    mean : (d,)
+    m2 : (d, d)
+        Welford's running mean and sum of squared deviations of the window's draws.
+    """
+
+    V: jnp.ndarray
+    dm: jnp.ndarray
+    Pv: jnp.ndarray
+    a: jnp.ndarray
+    count: jnp.ndarray
+    mean: jnp.ndarray
+    m2: jnp.ndarray
+
+
+def _direction_images(V, data):
+    """``(dm, Pv)`` of directions ``V`` (k, d): their effect on the margins and the prior."""
+    if isinstance(data, LinearData):
+        return V @ data.Z.T, V / data.prior_scale**2
+    return V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
+
+
+def line_moves_init(data, directions) -> LineMoves:
+    """:class:`LineMoves` of a chain: ``directions`` is a ``(k, d)`` array of fixed
+    directions, or a number ``k`` of directions to learn in warmup, which start as the first
+    ``k`` coordinate axes scaled by their prior sd (valid moves, if slow ones, until the
+    first window closes: the grid of :func:`sample_line` adapts to any scale)."""
+    dtype = data.gamma.dtype
+    if isinstance(directions, int):
+        if isinstance(data, LinearData):
+            sd = jnp.full((data.Z.shape[1],), data.prior_scale, dtype)
+        else:
+            sd = jnp.sqrt(jnp.diagonal(data.K))
+        V = (jnp.eye(sd.shape[0], dtype=dtype) * sd[:, None])[:directions]
+    else:
+        V = jnp.asarray(directions, dtype)
+    d = V.shape[1]
+    dm, Pv = _direction_images(V, data)
+    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), dtype),
+                     jnp.zeros((d,), dtype), jnp.zeros((d, d), dtype))
+
+
+def _line_moves(key, value, margins, moves: LineMoves, gamma):
+    """One exact draw along each direction in turn (:func:`sample_line`); returns the new
+    value and margins, the proposals used and the number of failed moves."""
+
+    def move(carry, inputs):
+        value, margins = carry
+        k, v, dm, Pv, a = inputs
+        t, trials = sample_line(k, margins, dm, a, value @ Pv, gamma)
+        return (value + t * v, margins + t * dm), trials
+
+    keys = random.split(key, moves.V.shape[0])
+    (value, margins), trials = jax.lax.scan(
+        move, (value, margins), (keys, moves.V, moves.dm, moves.Pv, moves.a)
+    )
+    return (value, margins, jnp.sum(trials, dtype=jnp.int32),
+            jnp.sum(trials > _MAX_LINE_TRIALS, dtype=jnp.int32))
+
+
+def _accumulate(moves: LineMoves, value) -> LineMoves:
+    """Welford's update of the window's mean and squared deviations with one draw."""
+    count = moves.count + 1.0
+    delta = value - moves.mean
+    mean = moves.mean + delta / count
+    return moves._replace(count=count, mean=mean, m2=moves.m2 + jnp.outer(delta, value - mean))
+
+
+def _learn_directions(moves: LineMoves, data) -> LineMoves:
+    """The window's ``k`` principal directions of largest variance, each scaled by its sd,
+    and a fresh window. The covariance is shrunk towards a multiple of the identity as in
+    Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
+    a short window cannot give a direction of zero width."""
+    k, d = moves.V.shape
+    c = moves.count
+    cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
+    cov = (c / (c + 5.0)) * cov + (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d * jnp.eye(d, dtype=cov.dtype)
+    w, E = jnp.linalg.eigh(cov)
+    V = (E[:, d - k:] * jnp.sqrt(jnp.maximum(w[d - k:], 0.0))).T[::-1]
+    dm, Pv = _direction_images(V, data)
+    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros_like(c),
+                     jnp.zeros_like(moves.mean), jnp.zeros_like(moves.m2))
 
 
 class GibbsState(NamedTuple):
@@ -629,6 +929,14 @@ class GibbsState(NamedTuple):
         Envelope proposals the scale step needed (0 without it).
     n_floored : () int32
         How many ``lam_i`` were clamped at :data:`LAM_FLOOR` in this sweep.
+    line_trials : () int32
+        Envelope proposals of this sweep's line moves, all directions together (0 without).
+    line_failed : () int32
+        Line moves that found no draw and left the chain in place (see :func:`sample_line`).
+    moves : LineMoves
+        The line moves' directions and warmup statistics.
+    it : () int32
+        Sweeps done (the warmup schedule of the directions counts them).
     rng_key : PRNG key
     """
 
@@ -640,6 +948,10 @@ class GibbsState(NamedTuple):
     scale: jnp.ndarray
     scale_trials: jnp.ndarray
     n_floored: jnp.ndarray
+    line_trials: jnp.ndarray
+    line_failed: jnp.ndarray
+    moves: LineMoves
+    it: jnp.ndarray
     rng_key: jnp.ndarray
 
 
@@ -674,15 +986,21 @@ def _lp(quad, margins, gamma):
 
 
 def gibbs_step(
-    key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0
+    key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0,
+    line_moves: bool = False,
 ) -> GibbsState:
-    """One sweep: the scale of ``z`` (optional), ``lam | z``, then ``z | lam``.
+    """One sweep: the scale of ``z`` (optional), line moves along ``state.moves.V``
+    (optional), ``lam | z``, then ``z | lam``.
 
     ``data`` is :class:`LinearData` or :class:`GPData`; every step is an exact draw from a
     full conditional (or, with ``overrelax != 0``, Adler's overrelaxed move that is reversible
     with respect to it), so the sweep leaves the posterior of ``(z, lam)`` invariant. The
-    margins and quadratic form of ``z`` travel in the state, so the scale step costs no
-    matrix product (scaling ``z`` by ``c`` scales them by ``c`` and ``c^2``).
+    scale step and the line moves draw from conditionals of the *marginal* posterior of ``z``
+    (``lam`` integrated out) and ``lam`` is drawn afresh given their result, so each pair is
+    one move that leaves ``p(z) p(lam | z)`` invariant (a partially collapsed Gibbs sampler,
+    van Dyk & Park 2008). The margins and quadratic form of ``z`` travel in the state, so
+    the scale step costs no matrix product (scaling ``z`` by ``c`` scales them by ``c`` and
+    ``c^2``), and a line move only adds ``t dm`` to the margins.
     """
     k_scale, k_lam, k_z = random.split(key, 3)
     (value,) = state.z.values()
@@ -692,6 +1010,12 @@ def gibbs_step(
         value, margins = c * value, c * margins
     else:
         c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
+    if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
+        value, margins, line_trials, line_failed = _line_moves(
+            random.fold_in(k_scale, 1), value, margins, state.moves, data.gamma
+        )
+    else:
+        line_trials = line_failed = jnp.zeros((), jnp.int32)
     lam = sample_lam(k_lam, margins, data.gamma)
     n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
     lam = jnp.maximum(lam, LAM_FLOOR)
@@ -703,11 +1027,15 @@ def gibbs_step(
         z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax)}
     quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
-    return GibbsState(z, lam, margins, quad, lp, c, trials, n_floored, state.rng_key)
+    return state._replace(
+        z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
+        n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
+    )
 
 
-def init_state(key, data, z=None) -> GibbsState:
-    """A chain's starting state: ``z`` if given, else a draw from the prior (overdispersed)."""
+def init_state(key, data, z=None, directions=0) -> GibbsState:
+    """A chain's starting state: ``z`` if given, else a draw from the prior (overdispersed);
+    ``directions`` as for :func:`line_moves_init`."""
     if z is None:
         if isinstance(data, LinearData):
             p = data.Z.shape[1]
@@ -721,7 +1049,10 @@ def init_state(key, data, z=None) -> GibbsState:
     # dtypes everywhere, so that the loop carry never changes type (no recompilation).
     int0 = jnp.zeros((), jnp.int32)
     lp = _lp(quad, margins, data.gamma)
-    return GibbsState(z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, int0, key)
+    return GibbsState(
+        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, int0, int0, int0,
+        line_moves_init(data, directions), int0, key,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,6 +1117,52 @@ def _gp_data(args: dict) -> GPData:
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}
 
+_MIN_ADAPT_WARMUP = 8
+"""Fewest warmup sweeps with which learned directions are used (two windows of 2)."""
+
+
+def _check_directions(directions):
+    """``directions`` as given to :class:`BSVMGibbs`: an int >= 0, ``"all"`` or a 2-D array."""
+    if isinstance(directions, str):
+        if directions != "all":
+            raise ValueError(f"directions must be a number, 'all' or an array; got {directions!r}")
+        return directions
+    if isinstance(directions, (bool, np.bool_)):
+        raise ValueError(f"directions must be a number, 'all' or an array; got {directions!r}")
+    if isinstance(directions, (int, np.integer)):
+        if directions < 0:
+            raise ValueError(f"directions must be >= 0, got {directions}")
+        return int(directions)
+    V = np.asarray(directions, dtype=float)
+    if V.ndim != 2 or V.shape[0] == 0 or not np.all(np.isfinite(V)) or np.any(np.all(V == 0, axis=1)):
+        raise ValueError(
+            "directions given as an array must be 2-D (one direction per row), finite, with no "
+            f"zero row; got shape {V.shape}"
+        )
+    return V
+
+
+GP_DIRECTIONS = 10
+"""Learned directions of the GP sampler by default (fewer if ``n`` is smaller)."""
+
+
+def _resolve_directions(directions, data):
+    """Number of learned directions, or the fixed array, checked against the dimension."""
+    d = data.Z.shape[1] if isinstance(data, LinearData) else data.y.shape[0]
+    if directions is None:
+        return d if isinstance(data, LinearData) else min(GP_DIRECTIONS, d)
+    if isinstance(directions, str):
+        return d
+    if isinstance(directions, int):
+        if directions > d:
+            raise ValueError(f"directions={directions} exceeds the dimension {d} of the sampled vector")
+        return directions
+    if directions.shape[1] != d:
+        raise ValueError(
+            f"directions has {directions.shape[1]} columns; the sampled vector has {d} coordinates"
+        )
+    return directions
+
 
 class BSVMGibbs(MCMCKernel):
     r"""Exact Gibbs sampler for :func:`~ppl_bsvm.models.linear_bsvm` and
@@ -808,15 +1185,29 @@ class BSVMGibbs(MCMCKernel):
         Draw ``beta`` / ``f`` by Adler's overrelaxed move (:func:`overrelaxed`) with this
         coefficient instead of independently from its conditional; ``-0.9`` roughly halves
         the linear benchmark's autocorrelation time. 0 is the plain Gibbs sampler.
+    directions : int, "all", array of shape (k, d) or None, default=None
+        Line moves (:func:`sample_line`): after the scale step, one exact draw from the
+        marginal posterior along each of ``k`` directions. A number ``k`` (or ``"all"``,
+        ``k = d``) learns them in warmup: the ``k`` principal directions of largest variance
+        of the draws of the window ``[num_warmup / 4, num_warmup / 2)``, then of
+        ``[num_warmup / 2, num_warmup)``, fixed from then on (before the first window ends,
+        and throughout with fewer than 8 warmup sweeps, the first ``k`` coordinate axes). An
+        array gives fixed directions, one per row; one unit along a row should be about one
+        posterior sd. ``None`` is ``"all"`` for the linear model and
+        :data:`GP_DIRECTIONS` for the GP (``d = n`` there: a few directions catch the slow
+        ones, and each move costs ``O(n)``).
 
     Notes
     -----
-    ``sample_field = "z"``; ``lam``, ``lp``, ``scale``, ``scale_trials`` and ``n_floored`` can
-    be collected with ``extra_fields`` (see :class:`GibbsState`). ``num_warmup`` sweeps are burn-in: there is
-    nothing to adapt. With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a batch of
-    keys and :meth:`sample` a batched state; the kernel ``vmap``\ s itself (the stack notes,
-    section 2.b). Data-dependent constants (``Z`` or the factor of ``K``) are computed once in
-    :meth:`init`; :meth:`sample` ignores ``model_args``, as NumPyro's HMC does.
+    ``sample_field = "z"``; ``lam``, ``lp``, ``scale``, ``scale_trials``, ``n_floored``,
+    ``line_trials`` and ``line_failed`` can be collected with ``extra_fields`` (see
+    :class:`GibbsState`). ``num_warmup`` sweeps are burn-in, during which only the line
+    moves' directions adapt. With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a
+    batch of keys and :meth:`sample` a batched state; the kernel ``vmap``\ s itself (the
+    stack notes, section 2.b), and keeps the warmup schedule outside the ``vmap`` so that the
+    directions are computed only when a window closes. Data-dependent constants (``Z`` or the
+    factor of ``K``) are computed once in :meth:`init`; :meth:`sample` ignores
+    ``model_args``, as NumPyro's HMC does.
 
     Examples
     --------
@@ -835,7 +1226,8 @@ class BSVMGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(
-        self, model=models.linear_bsvm, *, scale_step: bool = True, overrelax: float = 0.0
+        self, model=models.linear_bsvm, *, scale_step: bool = True, overrelax: float = 0.0,
+        directions=None,
     ):
         if model not in _SUPPORTED:
             raise ValueError(
@@ -845,6 +1237,7 @@ class BSVMGibbs(MCMCKernel):
         self._model = model
         self._scale_step = boolean("scale_step", scale_step)
         self._overrelax = open_interval("overrelax", overrelax, -1.0, 1.0)
+        self._directions = None if directions is None else _check_directions(directions)
         self._data = None
         self._sample_fn = None
 
@@ -864,20 +1257,47 @@ class BSVMGibbs(MCMCKernel):
         with jax.ensure_compile_time_eval():
             data = _SUPPORTED[self._model](_bind(self._model, model_args, model_kwargs))
         self._data = data
+        directions = _resolve_directions(self._directions, data)
+        moving = not isinstance(directions, int) or directions > 0
+        learned = moving and isinstance(directions, int) and num_warmup >= _MIN_ADAPT_WARMUP
+        batched = not is_prng_key(rng_key)  # 'vectorized': a batch of keys and states
+        each = jax.vmap if batched else (lambda fn: fn)
+        lead = (lambda x: x[0]) if batched else (lambda x: x)  # chains share the schedule
+
+        def sweep(state, line_moves):
+            key, sub = random.split(state.rng_key)
+            new = gibbs_step(sub, state, data, self._scale_step, self._overrelax, line_moves)
+            return new._replace(rng_key=key)
+
+        sweeps = each(partial(sweep, line_moves=moving))
+        ends = (num_warmup // 2 - 1, num_warmup - 1)  # last sweeps of the two windows
+
+        def adapt(state):
+            it = lead(state.it)
+            moves = jax.lax.cond(
+                it >= num_warmup // 4, each(_accumulate), lambda m, v: m, state.moves,
+                *state.z.values(),
+            )
+            moves = jax.lax.cond(
+                (it == ends[0]) | (it == ends[1]), each(partial(_learn_directions, data=data)),
+                lambda m: m, moves,
+            )
+            return state._replace(moves=moves)
 
         def step(state):
-            key, sub = random.split(state.rng_key)
-            new = gibbs_step(sub, state, data, self._scale_step, self._overrelax)
-            return new._replace(rng_key=key)
+            state = sweeps(state)
+            if learned:
+                state = jax.lax.cond(lead(state.it) < num_warmup, adapt, lambda s: s, state)
+            return state._replace(it=state.it + 1)
+
+        self._sample_fn = step
 
         def init_one(key, z):
             key, sub = random.split(key)
-            return init_state(sub, data, z)._replace(rng_key=key)
+            return init_state(sub, data, z, directions)._replace(rng_key=key)
 
-        if is_prng_key(rng_key):  # one chain, or one of 'sequential' / 'parallel'
-            self._sample_fn = step
+        if not batched:  # one chain, or one of 'sequential' / 'parallel'
             return init_one(rng_key, init_params)
-        self._sample_fn = jax.vmap(step)  # 'vectorized': a batch of keys and states
         return jax.vmap(init_one, in_axes=(0, None if init_params is None else 0))(
             rng_key, init_params
         )
@@ -896,7 +1316,7 @@ class BSVMGibbs(MCMCKernel):
 # Registered engines
 # --------------------------------------------------------------------------------------------
 
-_GIBBS_FIELDS = ("lp", "scale", "scale_trials", "n_floored")
+_GIBBS_FIELDS = ("lp", "scale", "scale_trials", "n_floored", "line_trials", "line_failed")
 
 
 def _gibbs_stats(extra: dict) -> dict:
@@ -913,6 +1333,7 @@ def gibbs_linear(
     gamma: float = 1.0,
     scale_step: bool = True,
     overrelax: float = 0.0,
+    directions="all",
     num_samples: int = 1000,
     num_warmup: int = 1000,
     num_chains: int = 4,
@@ -939,6 +1360,10 @@ def gibbs_linear(
         ``ppl_bsvm.inference.mcmc.gibbs``); it removes the sampler's slowest direction.
     overrelax : float in (-1, 1), default=0.0
         Adler's overrelaxation of the ``beta`` draw (``BSVMGibbs``); 0 is plain Gibbs.
+    directions : int, "all" or array of shape (k, p), default="all"
+        Exact moves along ``k`` directions of the marginal posterior in every sweep, learned
+        in warmup as its principal directions (``BSVMGibbs``); 0 turns them off. They lift
+        the ESS per draw from about 0.1 to about 0.7 on the benchmark.
     num_samples, num_warmup : int, default=1000, 1000
         Kept draws and burn-in sweeps per chain (equal values compile one loop, not two).
     num_chains : int, default=4
@@ -962,7 +1387,9 @@ def gibbs_linear(
     gamma = positive_float("gamma", gamma)
     prior_scale = positive_float("prior_scale", prior_scale)
     setup = linear_setup(problem, intercept)
-    kernel = BSVMGibbs(models.linear_bsvm, scale_step=scale_step, overrelax=overrelax)
+    kernel = BSVMGibbs(
+        models.linear_bsvm, scale_step=scale_step, overrelax=overrelax, directions=directions
+    )
     run = run_mcmc(
         kernel, key, (setup.Xd, setup.y), {"prior_scale": prior_scale, "gamma": gamma},
         config, extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
@@ -988,6 +1415,7 @@ def gibbs_gp(
     jitter: float = DEFAULT_JITTER,
     scale_step: bool = True,
     overrelax: float = 0.0,
+    directions=None,
     num_samples: int = 1000,
     num_warmup: int = 1000,
     num_chains: int = 4,
@@ -1010,6 +1438,10 @@ def gibbs_gp(
         Exact draw of the scale of ``f`` at the start of each sweep.
     overrelax : float in (-1, 1), default=0.0
         Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs.
+    directions : int, "all", array of shape (k, n) or None, default=None
+        Exact moves along ``k`` learned directions of the marginal posterior of ``f`` in every
+        sweep (``BSVMGibbs``); ``None`` is 10 (or ``n`` if smaller), 0 turns them off. On the
+        benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.2 to 0.75.
     num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar, store_lam,
     max_predictive_draws, link, resume
         As for the linear model.
@@ -1020,7 +1452,9 @@ def gibbs_gp(
     )
     gamma = positive_float("gamma", gamma)
     setup = gp_setup(problem, kernel, jitter)
-    sampler = BSVMGibbs(models.gp_bsvm, scale_step=scale_step, overrelax=overrelax)
+    sampler = BSVMGibbs(
+        models.gp_bsvm, scale_step=scale_step, overrelax=overrelax, directions=directions
+    )
     model_kwargs = {"kernel": kernel, "params": setup.params, "gamma": gamma, "jitter": setup.jitter}
     run = run_mcmc(
         sampler, key, (setup.X, setup.y), model_kwargs, config,

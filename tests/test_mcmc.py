@@ -204,7 +204,8 @@ def test_chord_envelope_lies_above_the_density():
         a, b = r.uniform(0.01, 2.0), r.normal()
         t = np.sort(r.uniform(-4, 4, 7))
         h = _line_log_density(t, margins, dm, a, b, 1.0)
-        lo, hi, at, ah, slope = (np.asarray(v) for v in gibbs._chord_envelope(jnp.asarray(t), jnp.asarray(h)))
+        envelope = gibbs._chord_envelope(jnp.asarray(t), jnp.asarray(h))
+        lo, hi, at, ah, slope = (np.asarray(v) for v in envelope)
         order = np.argsort(lo, kind="stable")
         assert lo[order[0]] == -np.inf and hi[order[-1]] == np.inf
         np.testing.assert_array_equal(hi[order[:-1]], lo[order[1:]])
@@ -329,21 +330,35 @@ def plane():
     return X, y, mean, sd
 
 
+class _LazyFits(dict):
+    """Fits made on first use: under xdist a module fixture is built once per worker, and a
+    worker should only pay for the fits its tests read."""
+
+    def __init__(self, makers):
+        super().__init__()
+        self._makers = makers
+
+    def __missing__(self, name):
+        self[name] = self._makers[name]()
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def plane_fits(plane):
     X, y = plane[:2]
     common = dict(model="linear", intercept=False, num_samples=2000, num_warmup=500, num_chains=4)
-    return {
-        "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
-        "gibbs_textbook": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False, directions=0,
-                                       seed=2, **common),
-        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9, directions=0,
-                                          seed=6, **common),
+    return _LazyFits({
+        "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
+        "gibbs_textbook": lambda: ppl_bsvm.fit(X, y, method="gibbs", scale_step=False,
+                                               directions=0, seed=2, **common),
+        "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9,
+                                                  directions=0, seed=6, **common),
         # line moves alone, along two fixed directions that are neither orthogonal nor scaled
-        "gibbs_fixed_lines": ppl_bsvm.fit(X, y, method="gibbs", scale_step=False,
-                                          directions=[[0.9, 0.2], [-0.1, 0.3]], seed=7, **common),
-        "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
-    }
+        "gibbs_fixed_lines": lambda: ppl_bsvm.fit(X, y, method="gibbs", scale_step=False,
+                                                  directions=[[0.9, 0.2], [-0.1, 0.3]], seed=7,
+                                                  **common),
+        "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
+    })
 
 
 @pytest.mark.parametrize(
@@ -396,20 +411,18 @@ def test_learned_directions_are_the_posterior_principal_axes(plane_fits):
 
 
 def test_direction_schedule(plane):
-    """Directions start as the prior-scaled axes, are learned only when a warmup window
-    closes, and stay as they are without enough warmup."""
+    """Directions start as the prior-scaled axes and are learned when a warmup window closes
+    (the last one at the end of warmup), with a fresh window each time."""
     X, y = plane[:2]
-
-    def run(num_warmup):
-        mcmc = MCMC(BSVMGibbs(models.linear_bsvm), num_warmup=num_warmup, num_samples=3,
-                    num_chains=2, chain_method="vectorized", progress_bar=False)
-        mcmc.run(jax.random.key(2), X, y.astype(float), prior_scale=2.0)
-        return mcmc.last_state
-
-    short = run(6)
-    np.testing.assert_array_equal(short.moves.V, np.broadcast_to(2.0 * np.eye(2), (2, 2, 2)))
-    assert np.all(np.asarray(short.it) == 9)
-    learned = run(40)
+    kernel = BSVMGibbs(models.linear_bsvm)
+    start = kernel.init(jax.random.split(jax.random.key(2), 2), 40, None, (X, y.astype(float)),
+                        {"prior_scale": 2.0})
+    np.testing.assert_array_equal(start.moves.V, np.broadcast_to(2.0 * np.eye(2), (2, 2, 2)))
+    mcmc = MCMC(kernel, num_warmup=40, num_samples=3, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.key(2), X, y.astype(float), prior_scale=2.0)
+    learned = mcmc.last_state
+    assert np.all(np.asarray(learned.it) == 43)
     assert not np.allclose(learned.moves.V, 2.0 * np.eye(2))
     assert np.all(np.asarray(learned.moves.count) == 0)  # the window was closed and reset
     np.testing.assert_allclose(
@@ -454,11 +467,12 @@ def curve():
 def curve_fits(curve):
     X, y, kern = curve
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
-    return {
-        "gibbs": ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
-        "gibbs_overrelaxed": ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.8, seed=7, **common),
-        "nuts": ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
-    }
+    return _LazyFits({
+        "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
+        "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.8, seed=7,
+                                                  **common),
+        "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
+    })
 
 
 def _summary(fit, var):
@@ -607,8 +621,8 @@ def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
     assert idata.posterior["f"].shape == (2, 100, 25)
     # one chain at a time, started from given values
     X2, y2 = plane[:2]
-    seq = MCMC(BSVMGibbs(models.linear_bsvm, scale_step=False), num_warmup=0, num_samples=3,
-               num_chains=2, chain_method="sequential", progress_bar=False)
+    seq = MCMC(BSVMGibbs(models.linear_bsvm, scale_step=False, directions=0), num_warmup=0,
+               num_samples=3, num_chains=2, chain_method="sequential", progress_bar=False)
     start = jnp.array([[0.5, -0.5], [2.0, 1.0]])
     seq.run(jax.random.key(1), X2, y2.astype(float), init_params={"beta": start},
             extra_fields=("lp",))

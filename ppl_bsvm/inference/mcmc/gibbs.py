@@ -858,11 +858,16 @@ class LineMoves(NamedTuple):
     m2: jnp.ndarray
 
 
-def _direction_images(V, data):
-    """``(dm, Pv)`` of directions ``V`` (k, d): their effect on the margins and the prior."""
+def _fresh_moves(V, data) -> LineMoves:
+    """:class:`LineMoves` along directions ``V`` (k, d), with an empty warmup window: their
+    effect on the margins (``dm``) and on the prior (``Pv``, ``a``)."""
     if isinstance(data, LinearData):
-        return V @ data.Z.T, V / data.prior_scale**2
-    return V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
+        dm, Pv = V @ data.Z.T, V / data.prior_scale**2
+    else:
+        dm, Pv = V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
+    d = V.shape[1]
+    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), V.dtype),
+                     jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
 
 
 def line_moves_init(data, directions) -> LineMoves:
@@ -879,10 +884,7 @@ def line_moves_init(data, directions) -> LineMoves:
         V = (jnp.eye(sd.shape[0], dtype=dtype) * sd[:, None])[:directions]
     else:
         V = jnp.asarray(directions, dtype)
-    d = V.shape[1]
-    dm, Pv = _direction_images(V, data)
-    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), dtype),
-                     jnp.zeros((d,), dtype), jnp.zeros((d, d), dtype))
+    return _fresh_moves(V, data)
 
 
 def _line_moves(key, value, margins, moves: LineMoves, gamma):
@@ -923,9 +925,7 @@ def _learn_directions(moves: LineMoves, data) -> LineMoves:
     cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
     w, E = jnp.linalg.eigh(cov)
     V = (E[:, d - k:] * jnp.sqrt(jnp.maximum(w[d - k:], 0.0))).T[::-1]
-    dm, Pv = _direction_images(V, data)
-    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros_like(c),
-                     jnp.zeros_like(moves.mean), jnp.zeros_like(moves.m2))
+    return _fresh_moves(V, data)
 
 
 class GibbsState(NamedTuple):

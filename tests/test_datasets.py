@@ -97,6 +97,29 @@ def test_art_noise_controls_overlap():
     assert 0.0 < np.mean(y0 != y1) < 0.5
 
 
+@pytest.mark.parametrize("noise, floor", [(0.1, 0.0653), (0.5, 0.1832)])
+def test_art_noise_flips_labels_at_the_bayes_rate(noise, floor):
+    """A label differs from the noise-free one with probability Phi(-|g(x)| / sigma_psi), so
+    the flip rate is the Bayes error ``art_bayes_error`` (within 4 binomial standard errors),
+    and that is the floor documented at ``_ART_FUNCTION_SEED`` (computed on 200 000 points),
+    within 4 standard errors of a mean of values in [0, 1/2] (sd at most 1/4)."""
+    n = 20000
+    X0, y0 = datasets.art(n, seed=3, noise=0.0)
+    _, y1 = datasets.art(n, seed=3, noise=noise)
+    bayes = datasets.art_bayes_error(X0, noise)
+    assert bayes == pytest.approx(floor, abs=4 * 0.25 / np.sqrt(n))
+    assert abs(np.mean(y0 != y1) - bayes) < 4 * np.sqrt(bayes * (1 - bayes) / n)
+
+
+def test_art_bayes_error_checks_its_input():
+    X, _ = datasets.art(10, seed=0)
+    assert datasets.art_bayes_error(X, 0.0) == 0.0
+    with pytest.raises(ValueError, match="X"):
+        datasets.art_bayes_error(X[:, :3], 0.1)
+    with pytest.raises(ValueError, match="noise"):
+        datasets.art_bayes_error(X, -0.1)
+
+
 def test_susy_shape_and_dtype():
     X, y = datasets.susy(1000, seed=0, dtype=np.float32)
     assert X.shape == (1000, 18) and X.dtype == np.float32

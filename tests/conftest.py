@@ -16,6 +16,18 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 # loaded 2-core machine. One BLAS thread per worker avoids it.
 threadpool_limits(1, user_api="blas")
 
+# Every fit builds and compiles its own loop, and many tests fit the same program again (a
+# resumed run, a same-seed rerun): JAX's persistent compilation cache compiles each once (a
+# quarter off the Gibbs persistence and reproducibility tests). One directory per xdist worker,
+# because the cache writes without locks when eviction is off.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import jax  # noqa: E402
+
+    _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    jax.config.update("jax_compilation_cache_dir",
+                      os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax", _worker))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
 
 @pytest.fixture
 def rng():

@@ -503,10 +503,6 @@ def _one_thread_xla():
                                + " --xla_cpu_multi_thread_eigen=false").strip()
 
 
-def _run_part_star(job):
-    return run_part(*job)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run (minutes)")
@@ -532,7 +528,7 @@ def main(argv=None) -> int:
         # spawn: a forked JAX runtime is not safe to use in the child
         with multiprocessing.get_context("spawn").Pool(
                 args.jobs, initializer=_one_thread_xla, maxtasksperchild=1) as pool:
-            results = pool.map(_run_part_star, jobs, chunksize=1)
+            results = pool.starmap(run_part, jobs, chunksize=1)
     t1, t2, fig = {}, {}, None
     for (_, _, kind, _), result in zip(jobs, results):
         if kind == "figure1":

@@ -2,14 +2,21 @@
 
 import numpyro as _numpyro  # noqa: F401  (numpyro before arviz: stack notes 3.1)
 
-from . import bootstrap, data, datasets, kernels, metrics, models, predictive
+from . import bootstrap, data, datasets, exceptions, kernels, metrics, models, predictive
+from ._runtime import enable_compilation_cache as _enable_compilation_cache
+from ._runtime import get_num_threads, set_num_threads
 from .api import fit, list_methods, resume
 from .compare import compare, report
+from .exceptions import ConvergenceWarning, DivergenceWarning
 from .result import Fit, load
+
+_enable_compilation_cache()
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConvergenceWarning",
+    "DivergenceWarning",
     "Fit",
     "compare",
     "fit",
@@ -17,9 +24,12 @@ __all__ = [
     "load",
     "report",
     "resume",
+    "get_num_threads",
+    "set_num_threads",
     "bootstrap",
     "data",
     "datasets",
+    "exceptions",
     "kernels",
     "metrics",
     "models",

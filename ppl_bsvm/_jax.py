@@ -1,28 +1,11 @@
-"""JAX plumbing shared by the entry points: float64 scope and seeds."""
+"""JAX plumbing shared by the entry points: seeds (float64 and threads: ``_runtime``)."""
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import numpy as np
 
-__all__ = ["x64", "as_key"]
-
-
-def x64(fn):
-    """Run ``fn`` with 64-bit JAX arrays, without touching the caller's global JAX config.
-
-    Every public entry point of ppl_bsvm (``fit``, ``Fit.predict_*``, the bootstrap) is wrapped
-    in this, so the library computes in float64 even when the user's session is float32.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with jax.enable_x64(True):
-            return fn(*args, **kwargs)
-
-    return wrapper
+__all__ = ["as_key"]
 
 
 def as_key(seed):

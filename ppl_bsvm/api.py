@@ -25,9 +25,12 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from . import _progress
 from ._checks import positive_int
-from ._jax import as_key, x64
+from ._jax import as_key
+from ._runtime import entry_point
 from .data import Problem, check_X_y
+from .exceptions import warn_max_iter
 from .kernels import get_kernel
 from .result import Fit, load
 
@@ -138,7 +141,7 @@ def _check_options(engine: Engine, options: dict) -> dict:
     return resolved
 
 
-@x64
+@entry_point
 def fit(
     X,
     y,
@@ -150,6 +153,7 @@ def fit(
     positive=None,
     checkpoint=None,
     checkpoint_every: int | None = None,
+    progress_bar: bool | None = None,
     **options,
 ) -> Fit:
     """Fit a Bayesian SVM (or a baseline) to binary data with the chosen inference method.
@@ -178,12 +182,21 @@ def fit(
         stochastic VI: minibatch steps).
     checkpoint_every : int, optional
         Iterations between checkpoints (default: only at the end).
+    progress_bar : bool, optional
+        Show a progress bar for the samplers and iterative engines. Default: in an interactive
+        terminal or a notebook (not under ``CI``), and only once a run has lasted two seconds.
     **options
         Engine options (``max_iter``, ``tol``, ``num_samples``, ...); an unknown option raises.
 
     Returns
     -------
     Fit
+
+    Warns
+    -----
+    ConvergenceWarning
+        When an iterative engine stopped at ``max_iter`` before meeting its tolerance, or a
+        sampler's chains disagree (R-hat).
 
     Examples
     --------
@@ -197,6 +210,7 @@ def fit(
     engine = get_engine(model, method)
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
+    progress_bar = _progress.check_progress_bar(progress_bar)
     resolved = _check_options(engine, options)
     every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
     if engine.uses_kernel:
@@ -213,11 +227,11 @@ def fit(
         "fingerprint": _fingerprint(problem),
     }
     return _run_engine(engine, problem, key, kernel, resolved, shared, None, checkpoint, every,
-                       start)
+                       start, progress_bar)
 
 
 def resume(previous, X, y, *, checkpoint=None, checkpoint_every: int | None = None,
-           **options) -> Fit:
+           progress_bar: bool | None = None, **options) -> Fit:
     """Continue a fit of a resumable engine (samplers, stochastic VI) from its checkpoint.
 
     The run goes on from ``previous``'s final state with its seed, kernel and options, up to
@@ -231,10 +245,10 @@ def resume(previous, X, y, *, checkpoint=None, checkpoint_every: int | None = No
         A fit, or a directory written by ``Fit.save`` (e.g. by ``fit(..., checkpoint=path)``).
     X, y : array-like
         The training data of ``previous`` (checked against its fingerprint).
-    checkpoint, checkpoint_every
+    checkpoint, checkpoint_every, progress_bar
         As for :func:`fit`.
     **options
-        Only the budget (``num_samples`` or ``max_iter``) and ``progress_bar`` may change.
+        Only the budget (``num_samples`` or ``max_iter``) may change.
 
     Examples
     --------
@@ -246,11 +260,11 @@ def resume(previous, X, y, *, checkpoint=None, checkpoint_every: int | None = No
     >>> longer.posterior.sizes["draw"]
     400
     """
-    return _resume(previous, X, y, checkpoint, checkpoint_every, options)
+    return _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
 
 
-@x64
-def _resume(previous, X, y, checkpoint, checkpoint_every, options) -> Fit:
+@entry_point
+def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options) -> Fit:
     start = time.perf_counter()
     if not isinstance(previous, Fit):
         previous = load(previous)
@@ -266,8 +280,9 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, options) -> Fit:
             "X and y are not the data the fit was trained on (their fingerprint differs); "
             "resume needs the same rows in the same order"
         )
+    progress_bar = _progress.check_progress_bar(progress_bar)
     _check_options(engine, options)
-    free = {engine.budget, "progress_bar"}
+    free = {engine.budget}
     for name, value in options.items():
         if name not in free and not _same(value, previous.options.get(name)):
             raise ValueError(
@@ -281,7 +296,7 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, options) -> Fit:
     key = jax.random.wrap_key_data(jax.numpy.asarray(previous.seed))
     shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "seed", "fingerprint")}
     return _run_engine(engine, problem, key, previous.kernel, resolved, shared, previous,
-                       checkpoint, every, start)
+                       checkpoint, every, start, progress_bar)
 
 
 def _same(a, b) -> bool:
@@ -320,8 +335,21 @@ def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: di
 
 
 def _run_engine(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,
-                start) -> Fit:
-    """Run the engine (in segments of ``every`` iterations when checkpointing) and finish the Fit."""
+                start, progress_bar=None) -> Fit:
+    """Run the engine (in segments of ``every`` iterations when checkpointing) and finish the
+    Fit; warn when it stopped at its iteration cap."""
+    with _progress.settings(progress_bar, f"{engine.model}/{engine.method}"):
+        result = _run_segments(engine, problem, key, kernel, resolved, shared, previous,
+                               checkpoint, every, start)
+    if result.stop_reason == "max_iter":
+        warn_max_iter(f"method={engine.method!r} (model={engine.model!r})",
+                      resolved.get("max_iter"), resolved.get("tol"), stacklevel=4)
+    return result
+
+
+def _run_segments(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,
+                  start) -> Fit:
+    """The engine's run, in segments of ``every`` iterations when checkpointing."""
     kwargs = dict(resolved)
     if engine.uses_kernel:
         kwargs["kernel"] = kernel

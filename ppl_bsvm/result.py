@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import positive_int
-from ._jax import x64
+from ._runtime import entry_point
 from .data import BinaryLabels, check_X
 
 __all__ = ["Fit", "STOP_REASONS", "load"]
@@ -200,7 +200,7 @@ class Fit:
     def _check_X(self, X) -> np.ndarray:
         return check_X(X, n_features=self.n_features_in)
 
-    @x64
+    @entry_point
     def predict_latent(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Latent predictive mean and variance of ``f(x*)`` at the rows of ``X``.
 
@@ -210,7 +210,7 @@ class Fit:
         """
         return self.predictor.latent(self._check_X(X))
 
-    @x64
+    @entry_point
     def predict_proba(self, X, link: str | None = None) -> np.ndarray:
         """P(y = positive class | x*) at the rows of ``X``.
 
@@ -226,7 +226,7 @@ class Fit:
         """
         return self.predictor.proba(self._check_X(X), link)
 
-    @x64
+    @entry_point
     def sample_latent(self, X, num_draws: int = 1000, seed: int = 0) -> np.ndarray:
         """Draws ``(num_draws, n*)`` of the latent ``f(x*)`` from the fit's predictive.
 

@@ -4,29 +4,16 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# The tests run what users run: the library sets its own thread counts (ppl_bsvm._runtime) and
+# keeps compiled programs in JAX's persistent cache. The cache goes to the repository's
+# .pytest_cache rather than the user's cache directory; it evicts with file locks, so the
+# pytest-xdist workers share it.
+os.environ.setdefault(
+    "PPL_BSVM_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax")
+)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import scipy.linalg  # noqa: E402,F401  (load scipy's OpenBLAS, which JAX calls, before limiting it)
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-# JAX's CPU linear algebra (Cholesky, triangular solves) calls scipy's OpenBLAS. With its default
-# of one thread per core and pytest-xdist running a worker per core, the BLAS threads are
-# oversubscribed and every call waits for descheduled threads: a 40 x 40 triangular solve took
-# 12-15 ms instead of 0.1 ms, and an ECM fit on Heart 47-89 s instead of 0.5-1.4 s, on the
-# loaded 2-core machine. One BLAS thread per worker avoids it.
-threadpool_limits(1, user_api="blas")
-
-# Every fit builds and compiles its own loop, and many tests fit the same program again (a
-# resumed run, a same-seed rerun): JAX's persistent compilation cache compiles each once (a
-# quarter off the Gibbs persistence and reproducibility tests). One directory per xdist worker,
-# because the cache writes without locks when eviction is off.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import jax  # noqa: E402
-
-    _worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    jax.config.update("jax_compilation_cache_dir",
-                      os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax", _worker))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ from ..api import register
 from ..data import Problem
 from ..inference import gaussian
 from ..inference._common import APPROX_GROUP, gp_setup
+from ..inference.latent import GPNoisy, Latent, gp_noisy
 from ..inference.loop import relative_change, run
 from ..kernels import DEFAULT_JITTER, Kernel
 from ..result import Fit
@@ -364,12 +365,6 @@ def gpc(
     draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_mean, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
-    X_train, params = setup.X, setup.params
-
-    @jax.jit
-    def _latent(Xs):
-        return gaussian.predict(fac, weights, kernel.K(params, X_train, Xs), kernel.diag(params, Xs))
-
     idata = make_idata(
         {"f": draws},
         dims=_gp_dims(),
@@ -395,13 +390,16 @@ def gpc(
         idata=idata,
         method="gpc",
         model="gp",
-        predictor=LinkPredictor(_latent, link=link),
+        predictor=LinkPredictor(
+            Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, weights)),
+            link=link,
+        ),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
         kernel=kernel,
-        kernel_params=params,
+        kernel_params=setup.params,
         jitter=setup.jitter,
         state=state,
     )

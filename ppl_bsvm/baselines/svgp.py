@@ -70,6 +70,7 @@ from ..inference.inducing import (
     marginals,
     project,
 )
+from ..inference.latent import Latent
 from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER, Kernel
 from ..result import Fit
@@ -78,7 +79,6 @@ from ._likelihoods import check_likelihood, gauss_hermite, gauss_hermite_expecta
 
 __all__ = ["SVGPState", "SVGPInfo", "SVGPData", "AdamState", "svgp_init", "make_step", "elbo"]
 
-_CHUNK = 8192
 
 
 class AdamState(NamedTuple):
@@ -238,20 +238,20 @@ def _converged(info: SVGPInfo, tol):
     return info.delta <= tol
 
 
+class _Posterior(NamedTuple):
+    """``q(u) = N(mu, Sigma)`` at ``Z`` under kernel ``params`` (relative ``jitter`` of ``Kmm``)."""
+
+    params: dict
+    Z: jnp.ndarray
+    mu: jnp.ndarray
+    Sigma: jnp.ndarray
+    jitter: jnp.ndarray
+
+
 @functools.partial(jax.jit, static_argnums=(0,))
-def _marginals_chunk(kernel, params, Z, mu, Sigma, X, jitter):
-    prior = inducing_prior(kernel, params, Z, jitter)
-    return marginals(project(kernel, params, prior, X), mu, Sigma)
-
-
-def _latent(kernel, params, Z, mu, Sigma, X, jitter):
-    """``q(f_*)`` marginals at the rows of ``X``, in chunks of 8192 rows."""
-    means, variances = [], []
-    for start in range(0, X.shape[0], _CHUNK):
-        m, v = _marginals_chunk(kernel, params, Z, mu, Sigma, X[start:start + _CHUNK], jitter)
-        means.append(m)
-        variances.append(v)
-    return jnp.concatenate(means), jnp.concatenate(variances)
+def _marginals_chunk(kernel, post: _Posterior, X):
+    prior = inducing_prior(kernel, post.params, post.Z, post.jitter)
+    return marginals(project(kernel, post.params, prior, X), post.mu, post.Sigma)
 
 
 @register("svgp", ("gp", "sparse_gp"))
@@ -360,7 +360,8 @@ def svgp(
     state = result.state
     mu, Sigma = from_natural(Natural(state.eta1, state.eta2))
     params, Z = state.params, state.Z
-    f_mean, f_var = _latent(kernel, params, Z, mu, Sigma, X, jitter)
+    latent = Latent(_marginals_chunk, kernel, _Posterior(params, Z, mu, Sigma, jnp.asarray(jitter)))
+    f_mean, f_var = latent(X)
     nodes, weights = gauss_hermite(num_quadrature)
     expected, _, _ = gauss_hermite_expectations(likelihood, y, f_mean, f_var, nodes, weights)
     full_elbo = jnp.sum(expected) - kl_to_prior(mu, Sigma, inducing_prior(kernel, params, Z, jitter))
@@ -368,9 +369,6 @@ def svgp(
     z = jax.random.normal(key_draws, (num_draws, mu.shape[0]), dtype=mu.dtype)
     draws = np.asarray(mu + z @ chol.T)[None]
     elapsed = time.perf_counter() - t0
-
-    def latent(Xs):
-        return _latent(kernel, params, Z, mu, Sigma, jnp.asarray(Xs, dtype=jnp.float64), jitter)
 
     m = Z.shape[0]
     idata = make_idata(

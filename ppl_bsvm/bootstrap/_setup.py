@@ -145,7 +145,7 @@ def make_setup(
 ) -> Setup:
     """Validate the data, resolve the kernel and build the (jittered, biased) kernel matrices.
 
-    Must run with float64 enabled (public entry points are wrapped in ``ppl_bsvm._jax.x64``).
+    Must run with float64 enabled (public entry points are wrapped in ``ppl_bsvm._runtime.entry_point``).
     """
     if model == "regression":
         Xc = check_X(X)

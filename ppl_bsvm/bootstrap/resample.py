@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import one_of, positive_int
-from .._jax import x64
+from .._runtime import entry_point
 from ..data import BinaryLabels
 from ..kernels import DEFAULT_JITTER
 from ._setup import Variant, check_ratios, make_setup, resolve_variant
@@ -273,7 +273,7 @@ def _test_stats(kind, tfields, y_test):
     return out
 
 
-@x64
+@entry_point
 def monte_carlo(
     X,
     y,

@@ -26,7 +26,7 @@ from jax.flatten_util import ravel_pytree
 from scipy.optimize import minimize
 
 from .._checks import one_of, positive_float, positive_int
-from .._jax import x64
+from .._runtime import entry_point
 from ..kernels import DEFAULT_JITTER, Kernel, gram
 from . import tap
 from ._setup import BIAS_FACTOR, check_ratios, make_setup, resolve_variant
@@ -160,7 +160,7 @@ class Objective:
         s0 = tap.init(self._data(params))
         return jnp.concatenate([s0.Lambda, s0.gamma, s0.lam])
 
-    @x64
+    @entry_point
     def value_and_grad(self, params, theta0=None):
         """Value and gradient with respect to ``params``, in a float64 scope.
 
@@ -184,7 +184,7 @@ class Objective:
         return float(value), jax.tree.map(np.asarray, grad), aux
 
 
-@x64
+@entry_point
 def make_objective(
     X,
     y,
@@ -316,7 +316,7 @@ class SelectionResult:
     seconds: float
 
 
-@x64
+@entry_point
 def select_hyperparameters(
     X,
     y,

@@ -33,8 +33,9 @@ import numpy as np
 from jax.scipy.special import ndtr
 
 from .._checks import positive_float, positive_int
-from .._jax import x64
+from .._runtime import entry_point
 from ..data import BinaryLabels
+from ..exceptions import ConvergenceWarning
 from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER
 from . import tap
@@ -43,10 +44,6 @@ from .estimates import approximate_loo, efron632, efron632_plus, fit_on_all
 from .svm import SVMSolution
 
 __all__ = ["BootstrapResult", "ConvergenceWarning", "replica_tap", "bsvm_bootstrap"]
-
-
-class ConvergenceWarning(UserWarning):
-    """The fixed-point iteration stopped before its moment mismatch fell below ``tol``."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -245,7 +242,7 @@ def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
     return result, out
 
 
-@x64
+@entry_point
 def replica_tap(
     X,
     y,

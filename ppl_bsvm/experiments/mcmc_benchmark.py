@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from numpyro.infer import MCMC
 
 from ppl_bsvm import datasets, models
-from ppl_bsvm._jax import x64
+from ppl_bsvm._runtime import entry_point
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
 from ppl_bsvm.kernels import RBF
@@ -329,7 +329,7 @@ def write_report(rows, env: dict, out: Path) -> None:
     (out / "results.md").write_text("\n".join(text))
 
 
-@x64
+@entry_point
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small problems, few draws")

@@ -1,11 +1,16 @@
-"""The loop that drives every iterative engine (ECM, VI, SVI, the bootstrap fixed point).
+"""The loop that drives every iterative engine (ECM, VI, SVI, GPC, the bootstrap fixed point).
 
 Engines are pure ``step(state, data) -> (state, info)`` functions over ``NamedTuple`` states
-(BlackJAX style). :func:`run` compiles one ``jax.lax.while_loop`` that calls ``step`` until
-``converged(info, tol)`` holds or ``max_iter`` steps ran, and keeps every step's ``info`` in a
-preallocated buffer: the stacked infos are the objective trace. ``data`` is passed as a traced
-argument (not closed over), so large arrays are never baked into the compiled program, and the
-compiled loop is cached per ``(step, converged, max_iter)``.
+(BlackJAX style). :func:`run` calls ``step`` until ``converged(info, tol)`` holds or ``max_iter``
+steps ran, and keeps every step's ``info``: the stacked infos are the objective trace.
+
+**Compiled once.** The work is one ``jax.lax.while_loop`` program per ``(step, converged)``,
+run in segments of at most :data:`SEGMENT` steps: the segment's length, the tolerance, the
+iteration budget and ``min_iter`` are traced arguments, and ``data`` is traced too (never baked
+into the program), so fits with other budgets, tolerances or data of the same shapes reuse the
+compiled program, and so do later calls. Between segments the loop returns to Python, which
+updates the progress bar (:mod:`ppl_bsvm._progress`) and stops once converged; the state stays
+on the device, so the iterates do not depend on where the segments end.
 
 Two guarantees for the user:
 
@@ -23,6 +28,7 @@ Two guarantees for the user:
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -30,7 +36,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["RunResult", "run", "iterate", "relative_change"]
+from .. import _progress
+
+__all__ = ["SEGMENT", "RunResult", "run", "iterate", "relative_change"]
+
+SEGMENT = 256
+"""Most steps one call of the compiled loop runs before returning to Python."""
+
+_SEGMENT_SECONDS = 0.5
+"""With a progress bar shown, segments are shortened to last about this long."""
 
 
 class RunResult(NamedTuple):
@@ -57,9 +71,9 @@ def relative_change(new, old):
     return jnp.abs(new - old) / (1.0 + jnp.abs(new))
 
 
-def _empty_like(leaf, max_iter):
+def _empty_like(leaf, length):
     fill = jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else 0
-    return jnp.full((max_iter, *leaf.shape), fill, dtype=leaf.dtype)
+    return jnp.full((length, *leaf.shape), fill, dtype=leaf.dtype)
 
 
 def _watched(tree, path: str = "state") -> list:
@@ -85,7 +99,8 @@ def _watched(tree, path: str = "state") -> list:
     return []
 
 
-def _all_finite(state):
+def all_finite(state):
+    """``True`` (traced) when every watched leaf of ``state`` is finite (see :func:`_watched`)."""
     leaves = [leaf for _, leaf in _watched(state)]
     if not leaves:
         return jnp.asarray(True)
@@ -97,7 +112,8 @@ def _nonfinite_fields(state) -> list[str]:
     return [path for path, leaf in _watched(state) if not np.all(np.isfinite(np.asarray(leaf)))]
 
 
-def _step_name(step: Callable) -> str:
+def step_name(step: Callable) -> str:
+    """``module.function`` of a step (unwrapping ``functools.partial``), for messages."""
     fn = step.func if isinstance(step, functools.partial) else step
     module = getattr(fn, "__module__", "") or ""
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
@@ -105,29 +121,41 @@ def _step_name(step: Callable) -> str:
     return f"{module}.{name}" if module else name
 
 
-@functools.lru_cache(maxsize=64)
-def _compiled_loop(step: Callable, converged: Callable, max_iter: int, min_iter: int):
-    def loop(state, data, tol, start):
+def _segment_loop(step: Callable, converged: Callable, length: int):
+    """The traceable segment: at most ``min(length, limit)`` steps (see :func:`_compiled_loop`)."""
+
+    def loop(state, data, tol, start, limit, min_iter):
         info_shape = jax.eval_shape(step, state, data)[1]
-        buffer = jax.tree.map(lambda s: _empty_like(s, max_iter), info_shape)
+        buffer = jax.tree.map(lambda s: _empty_like(s, length), info_shape)
+        limit = jnp.minimum(limit, length)
 
         def cond(carry):
             i, _, _, done, finite = carry
-            return jnp.logical_and(i < max_iter, jnp.logical_not(done) & finite)
+            return jnp.logical_and(i < limit, jnp.logical_not(done) & finite)
 
         def body(carry):
             i, state, buffer, _, _ = carry
             state, info = step(state, data)
             buffer = jax.tree.map(lambda b, x: b.at[i].set(x), buffer, info)
-            # ``start`` earlier iterations ran in a previous call (resume).
+            # ``start`` earlier iterations ran in previous segments or calls.
             done = jnp.logical_and(start + i + 1 >= min_iter, converged(info, tol))
-            return i + 1, state, buffer, done, _all_finite(state)
+            return i + 1, state, buffer, done, all_finite(state)
 
-        init = (jnp.asarray(0), state, buffer, jnp.asarray(False), jnp.asarray(True))
+        init = (jnp.zeros((), jnp.int32), state, buffer, jnp.asarray(False), jnp.asarray(True))
         n, state, buffer, done, finite = jax.lax.while_loop(cond, body, init)
         return state, buffer, n, done, finite
 
-    return jax.jit(loop)
+    return loop
+
+
+@functools.lru_cache(maxsize=128)
+def _compiled_loop(step: Callable, converged: Callable, length: int):
+    """``jit`` of a segment of at most ``length`` steps; cached per ``(step, converged, length)``.
+
+    Arguments ``(state, data, tol, start, limit, min_iter)``: ``start`` steps ran before,
+    ``limit`` caps this call's steps, and stopping at ``tol`` needs ``start + i >= min_iter``.
+    """
+    return jax.jit(_segment_loop(step, converged, length))
 
 
 def iterate(
@@ -142,12 +170,15 @@ def iterate(
 ):
     """Traceable form of :func:`run` for use inside ``jit``, ``grad`` or ``custom_vjp`` rules.
 
-    Same loop and arguments as :func:`run` (``tol`` may be a traced scalar), but nothing is
-    brought to the host: returns ``(state, infos, n_iter, converged)`` as JAX values, ``infos``
-    being the full ``max_iter`` buffer (NaN beyond ``n_iter``).
+    Same loop and arguments as :func:`run` (``tol`` may be a traced scalar), in one segment of
+    ``max_iter`` steps, and nothing is brought to the host: returns
+    ``(state, infos, n_iter, converged)`` as JAX values, ``infos`` being the full ``max_iter``
+    buffer (NaN beyond ``n_iter``).
     """
-    loop = _compiled_loop(step, converged, int(max_iter), int(min_iter))
-    state, infos, n, done, finite = loop(state, data, jnp.asarray(tol, dtype=float), 0)
+    loop = _compiled_loop(step, converged, int(max_iter))
+    state, infos, n, done, finite = loop(
+        state, data, jnp.asarray(tol, dtype=float), 0, int(max_iter), int(min_iter)
+    )
     return state, infos, n, jnp.logical_and(done, finite)
 
 
@@ -161,6 +192,8 @@ def run(
     converged: Callable,
     min_iter: int = 1,
     resume: RunResult | None = None,
+    progress_bar: bool | None = None,
+    desc: str | None = None,
 ) -> RunResult:
     """Iterate ``step`` from ``state`` until ``converged(info, tol)`` or ``max_iter`` steps.
 
@@ -184,6 +217,11 @@ def run(
         Continue this earlier result (its ``state`` replaces ``state``): run at most
         ``max_iter - resume.n_iter`` more steps and return the infos of both calls stacked.
         A result that stopped at ``tol`` is returned as it is.
+    progress_bar : bool or None, optional
+        Show a progress bar; default: as the enclosing ``ppl_bsvm.fit`` says (its
+        ``progress_bar``), else when someone can see it (:mod:`ppl_bsvm._progress`).
+    desc : str, optional
+        The bar's label (default: the enclosing fit's ``model/method``, else the step's name).
 
     Raises
     ------
@@ -195,22 +233,41 @@ def run(
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     if not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
+    max_iter = int(max_iter)
     start = 0
     if resume is not None:
         if resume.stop_reason == "tol" or resume.n_iter >= max_iter:
             return resume
         state, start = resume.state, resume.n_iter
-    loop = _compiled_loop(step, converged, int(max_iter) - start, int(min_iter))
-    state, buffer, n, done, finite = loop(state, data, jnp.asarray(tol, dtype=float), start)
-    n = int(n)
-    if not bool(finite):
-        fields = _nonfinite_fields(state)
-        raise FloatingPointError(
-            f"{_step_name(step)} produced non-finite values at iteration {start + n} in "
-            f"{', '.join(fields) or 'the state'}; the iterates diverged. Check the data scale, "
-            "the kernel hyperparameters and jitter, and the learning rate."
-        )
-    infos = jax.tree.map(lambda b: np.asarray(b[:n]), buffer)
+    loop = _compiled_loop(step, converged, SEGMENT)
+    tol_arr = jnp.asarray(tol, dtype=float)
+    done_iter, converged_now, pieces = start, False, []
+    enabled, label = _progress.current()
+    enabled = enabled if progress_bar is None else progress_bar
+    desc = desc or label or step_name(step).rsplit(".", 1)[-1]
+    with _progress.progress_bar(max_iter, desc, enabled, initial=start) as bar:
+        limit = 1 if _progress.shown(bar) else SEGMENT  # time the first step
+        while done_iter < max_iter and not converged_now:
+            t0 = time.perf_counter()
+            state, buffer, n, done, finite = loop(
+                state, data, tol_arr, done_iter, min(limit, max_iter - done_iter), min_iter
+            )
+            n = int(n)
+            if not bool(finite):
+                fields = _nonfinite_fields(state)
+                raise FloatingPointError(
+                    f"{step_name(step)} produced non-finite values at iteration {done_iter + n} "
+                    f"in {', '.join(fields) or 'the state'}; the iterates diverged. Check the "
+                    "data scale, the kernel hyperparameters and jitter, and the learning rate."
+                )
+            pieces.append(jax.tree.map(lambda b, n=n: np.asarray(b[:n]), buffer))
+            done_iter += n
+            converged_now = bool(done)
+            bar.update(n)
+            if limit < SEGMENT:  # a bar is shown: segments of about _SEGMENT_SECONDS
+                per_step = (time.perf_counter() - t0) / max(n, 1)
+                limit = int(np.clip(_SEGMENT_SECONDS / max(per_step, 1e-9), 1, SEGMENT))
+    infos = jax.tree.map(lambda *parts: np.concatenate(parts), *pieces)
     if resume is not None:
         infos = jax.tree.map(lambda old, new: np.concatenate([old, new]), resume.infos, infos)
-    return RunResult(state, infos, start + n, "tol" if bool(done) else "max_iter")
+    return RunResult(state, infos, done_iter, "tol" if converged_now else "max_iter")

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
-import time
 import warnings
 from typing import Any, NamedTuple
 
 import jax
-import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
-from numpyro.infer import MCMC
+from jax.scipy.linalg import cho_solve
 
 from ..._checks import boolean, one_of, positive_int
+from ...exceptions import ConvergenceWarning, DivergenceWarning
 from ..._idata import make_idata
-from ...data import Problem, design_matrix
+from ...data import Problem
 from ...predictive import MixturePredictor, check_link
 from ...result import Fit
 from .._common import GPSetup
+from ..latent import GPDraws, Latent, gp_draws, linear_draws
+from .driver import Draws, sample_chains
 
 __all__ = [
     "CHAIN_METHODS",
@@ -42,14 +41,6 @@ __all__ = [
 CHAIN_METHODS = ("vectorized", "sequential", "parallel")
 
 
-class DivergenceWarning(UserWarning):
-    """NUTS reported divergent transitions: the draws may be biased."""
-
-
-class ConvergenceWarning(UserWarning):
-    """The chains disagree (rank-normalised split R-hat above :data:`RHAT_LIMIT`)."""
-
-
 RHAT_LIMIT = 1.01
 """Largest acceptable R-hat (Vehtari et al. 2021); above it :func:`mcmc_fit` warns."""
 
@@ -62,14 +53,13 @@ class MCMCConfig(NamedTuple):
     num_chains: int
     chain_method: str
     thinning: int
-    progress_bar: bool
     max_predictive_draws: int
     link: str
 
 
 def check_config(
-    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-    max_predictive_draws, link, *, store_lam=False,
+    num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
+    *, store_lam=False,
 ) -> MCMCConfig:
     """Validate the common options (``ValueError`` naming the option)."""
     boolean("store_lam", store_lam)
@@ -79,7 +69,6 @@ def check_config(
         positive_int("num_chains", num_chains),
         one_of("chain_method", chain_method, CHAIN_METHODS),
         positive_int("thinning", thinning),
-        boolean("progress_bar", progress_bar),
         positive_int("max_predictive_draws", max_predictive_draws),
         check_link(link),
     )
@@ -116,74 +105,34 @@ class MCMCRun(NamedTuple):
     ----------
     samples : dict site -> ndarray (chain, draw, ...)
     extra : dict field -> ndarray (chain, draw, ...)
-        The ``extra_fields`` collected after warmup.
+        The extra fields collected after warmup.
     timings : dict
         ``mcmc``: seconds of all warmup and sampling iterations of all chains, compilation
         taken out; ``compile``: seconds of XLA lowering and compilation (measured with
         ``jax.monitoring``; Python tracing stays in ``mcmc``).
-    mcmc : numpyro.infer.MCMC or None
-        None when a resumed run had nothing left to draw.
     checkpoint : MCMCCheckpoint
-        The sampler's final state (``checkpoint.last_state``, batched over chains for
-        ``vectorized``) and the draws so far.
+        The sampler's final state (``checkpoint.last_state``, batched over chains) and the
+        draws so far.
     """
 
     samples: dict
     extra: dict
     timings: dict
-    mcmc: Any
     checkpoint: MCMCCheckpoint
 
 
-# Lowering and XLA compilation; tracing is left out because its events nest (a function
-# traced for the first time inside another one reports its own duration too).
-_COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
+def run_mcmc(config_key, build, key, inputs, config: MCMCConfig, *,
+             resume: MCMCCheckpoint | None = None, label: str = "sampling") -> MCMCRun:
+    """Run the chains of a sampler through :func:`driver.sample_chains` and time them.
 
+    ``build() -> ChainKernel`` makes the sampler (compiled once per ``config_key``, the
+    sampler's static settings, and the shapes of ``inputs``); its ``collect`` returns
+    ``{"z": {site: ...}, "extra": {field: ...}}``. Draws come back as numpy arrays
+    ``(chain, draw, ...)``, checked to be finite.
 
-@contextlib.contextmanager
-def _compile_time():
-    """Seconds JAX spends compiling inside the block (``jax.monitoring`` duration events)."""
-    total = [0.0]
-
-    def listen(event, duration, **_):
-        if event in _COMPILE_EVENTS:
-            total[0] += duration
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield total
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-
-
-def _timed(fn):
-    with _compile_time() as compiled:
-        start = time.perf_counter()
-        out = jax.block_until_ready(fn())
-        elapsed = time.perf_counter() - start
-    return out, max(elapsed - compiled[0], 0.0), compiled[0]
-
-
-def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra_fields=(),
-             resume: MCMCCheckpoint | None = None):
-    """Run ``numpyro.infer.MCMC`` (warmup and sampling in one compiled loop) and time it.
-
-    Draws come back as numpy arrays ``(chain, draw, ...)``, checked to be finite.
-
-    With ``resume``, the chains go on from its last state (no warmup; ``MCMC``'s
-    ``post_warmup_state`` with the state's own PRNG keys) for ``num_samples - resume.n_iter``
-    more iterations, and the draws are appended to the earlier ones: the result is the one a
-    single run of ``num_samples`` would have given.
-
-    Notes
-    -----
-    One ``MCMC.run`` rather than ``warmup`` then ``run``: with JAX 0.12 every call of NumPyro's
-    ``fori_collect`` recompiles its loop (a fresh ``jit`` with donated buffers each time), so
-    two phases would compile twice. For the same reason ``chain_method="sequential"``
-    compiles once per chain and ``"vectorized"`` once in all.
+    With ``resume``, the chains go on from its last state (no warmup) for
+    ``num_samples - resume.n_iter`` more iterations, and the draws are appended to the earlier
+    ones: the result is the one a single run of ``num_samples`` would have given.
     """
     done = 0 if resume is None else resume.n_iter
     if done > config.num_samples:
@@ -198,38 +147,21 @@ def run_mcmc(kernel, key, model_args, model_kwargs, config: MCMCConfig, *, extra
         )
     if resume is not None and done == config.num_samples:
         return MCMCRun(dict(resume.samples), dict(resume.extra), {"mcmc": 0.0, "compile": 0.0},
-                       None, resume)
-    mcmc = MCMC(
-        kernel,
-        num_warmup=config.num_warmup,
-        num_samples=config.num_samples - done,
-        num_chains=config.num_chains,
-        chain_method=config.chain_method,
-        thinning=config.thinning,
-        progress_bar=config.progress_bar,
-    )
+                       resume)
+    previous = None
     if resume is not None:
-        mcmc.post_warmup_state = resume.last_state
-        key = resume.last_state.rng_key
-    _, seconds, compile_seconds = _timed(
-        lambda: (
-            mcmc.run(key, *model_args, extra_fields=tuple(extra_fields), **model_kwargs),
-            mcmc.last_state,
-        )[1]
+        previous = Draws({"z": resume.samples, "extra": resume.extra}, resume.last_state, done, {})
+    draws = sample_chains(
+        (config_key, config.num_warmup), build, key, inputs,
+        num_warmup=config.num_warmup, num_samples=config.num_samples,
+        num_chains=config.num_chains, chain_method=config.chain_method,
+        thinning=config.thinning, resume=previous, label=label,
     )
-    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
-    check_finite(samples, sampler=type(kernel).__name__)
-    if resume is not None:
-        samples = _append_draws(resume.samples, samples)
-        extra = _append_draws(resume.extra, extra)
-    timings = {"mcmc": seconds, "compile": compile_seconds}
-    checkpoint = MCMCCheckpoint(mcmc.last_state, dict(samples), dict(extra), config.num_samples)
-    return MCMCRun(samples, extra, timings, mcmc, checkpoint)
-
-
-def _append_draws(old: dict, new: dict) -> dict:
-    return {k: np.concatenate([old[k], new[k]], axis=1) for k in new}
+    samples = dict(draws.fields["z"])
+    extra = dict(draws.fields["extra"])
+    check_finite(samples, sampler=label)
+    checkpoint = MCMCCheckpoint(draws.state, dict(samples), dict(extra), config.num_samples)
+    return MCMCRun(samples, extra, draws.timings, checkpoint)
 
 
 def check_finite(samples: dict, sampler: str = "the sampler") -> None:
@@ -298,16 +230,8 @@ def thin_draws(draws, max_draws: int):
 def linear_predictor(beta_draws, intercept: bool, config: MCMCConfig, gamma: float):
     """``f* = x*^T beta_s`` for each kept draw ``s`` (no variance given the draw)."""
     betas = jnp.asarray(thin_draws(beta_draws, config.max_predictive_draws))
-
-    @jax.jit
-    def _latent(Xd):
-        means = betas @ Xd.T
-        return means, jnp.zeros_like(means)
-
-    def latent(Xs):
-        return _latent(jnp.asarray(design_matrix(Xs, intercept)))
-
-    return MixturePredictor(latent, link=config.link, gamma=gamma)
+    return MixturePredictor(Latent(linear_draws, bool(intercept), betas), link=config.link,
+                            gamma=gamma)
 
 
 def gp_predictor(kernel, setup: GPSetup, f_draws, config: MCMCConfig, gamma: float):
@@ -318,17 +242,8 @@ def gp_predictor(kernel, setup: GPSetup, f_draws, config: MCMCConfig, gamma: flo
     chol = jnp.linalg.cholesky(setup.K)
     F = jnp.asarray(thin_draws(f_draws, config.max_predictive_draws))  # (S, n)
     A = cho_solve((chol, True), F.T)  # (n, S)
-    X_train, params = setup.X, setup.params
-
-    @jax.jit
-    def latent(Xs):
-        Ks = kernel.K(params, X_train, Xs)  # (n, n*)
-        V = solve_triangular(chol, Ks, lower=True)
-        var = jnp.maximum(kernel.diag(params, Xs) - jnp.sum(V**2, axis=0), 0.0)
-        means = A.T @ Ks
-        return means, jnp.broadcast_to(var, means.shape)
-
-    return MixturePredictor(latent, link=config.link, gamma=gamma)
+    arrays = GPDraws(setup.X, setup.params, chol, A)
+    return MixturePredictor(Latent(gp_draws, kernel, arrays), link=config.link, gamma=gamma)
 
 
 def mcmc_fit(

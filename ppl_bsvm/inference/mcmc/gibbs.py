@@ -134,6 +134,7 @@ from ._common import (
     mcmc_fit,
     run_mcmc,
 )
+from .driver import ChainKernel
 
 __all__ = [
     "InverseGaussian",
@@ -1090,11 +1091,22 @@ def _bind(model, model_args, model_kwargs) -> dict:
     return dict(bound.arguments)
 
 
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
 def _check_labels(y):
     y = jnp.asarray(y)
-    if y.ndim != 1 or (not isinstance(y, jax.core.Tracer) and not bool(jnp.all(jnp.abs(y) == 1))):
+    if y.ndim != 1 or (_concrete(y) and not bool(jnp.all(jnp.abs(y) == 1))):
         raise ValueError("y must be a 1-D array of labels in {-1, +1}")
     return y
+
+
+def _positive(name, value, dtype):
+    """A positive scalar option as an array (checked when it is a concrete value)."""
+    if _concrete(value):
+        value = positive_float(name, value)
+    return jnp.asarray(value, dtype)
 
 
 def _linear_data(args: dict) -> LinearData:
@@ -1107,8 +1119,8 @@ def _linear_data(args: dict) -> LinearData:
     n, p = Z.shape
     return LinearData(
         Z,
-        jnp.asarray(positive_float("prior_scale", args["prior_scale"]), X.dtype),
-        jnp.asarray(positive_float("gamma", args["gamma"]), X.dtype),
+        _positive("prior_scale", args["prior_scale"], X.dtype),
+        _positive("gamma", args["gamma"], X.dtype),
         gram_rows(Z) if n * p * (p + 3) // 2 <= GRAM_ROWS_MAX_SIZE else None,
     )
 
@@ -1128,12 +1140,12 @@ def _gp_data(args: dict) -> GPData:
     params = kernel.init_params(np.asarray(X)) if args["params"] is None else args["params"]
     K = gram(kernel, params, X, args["jitter"])
     chol_K = jnp.linalg.cholesky(K)
-    if not isinstance(chol_K, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(chol_K))):
+    if _concrete(chol_K) and not bool(jnp.all(jnp.isfinite(chol_K))):
         raise ValueError(
             f"the kernel matrix K + jitter (jitter={args['jitter']:g}, relative) is not "
             "positive definite or not finite; increase jitter or check the kernel parameters"
         )
-    return GPData(K, chol_K, y, jnp.asarray(positive_float("gamma", args["gamma"]), X.dtype))
+    return GPData(K, chol_K, y, _positive("gamma", args["gamma"], X.dtype))
 
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}
@@ -1170,9 +1182,14 @@ GP_DIRECTIONS = 10
 
 def _resolve_directions(directions, data):
     """Number of learned directions, or the fixed array, checked against the dimension."""
-    d = data.Z.shape[1] if isinstance(data, LinearData) else data.y.shape[0]
+    linear = isinstance(data, LinearData)
+    return _resolve_for(directions, linear, data.Z.shape[1] if linear else data.y.shape[0])
+
+
+def _resolve_for(directions, linear: bool, d: int):
+    """:func:`_resolve_directions` for the linear (``d = p``) or GP (``d = n``) sampler."""
     if directions is None:
-        return d if isinstance(data, LinearData) else min(GP_DIRECTIONS, d)
+        return d if linear else min(GP_DIRECTIONS, d)
     if isinstance(directions, str):
         return d
     if isinstance(directions, int):
@@ -1186,6 +1203,77 @@ def _resolve_directions(directions, data):
             f"directions has {directions.shape[1]} columns; the sampled vector has {d} coordinates"
         )
     return directions
+
+
+class GibbsSettings(NamedTuple):
+    """Static settings of the sweep (hashable: they select the compiled program).
+
+    ``moving``: line moves on; ``learned``: their directions are learned in warmup (over
+    ``num_warmup`` sweeps, see :class:`BSVMGibbs`).
+    """
+
+    scale_step: bool
+    overrelax: float
+    moving: bool
+    learned: bool
+    num_warmup: int
+
+
+def gibbs_settings(scale_step, overrelax, directions, num_warmup: int) -> GibbsSettings:
+    """Settings for resolved ``directions`` (a number to learn, or a fixed array)."""
+    moving = not isinstance(directions, int) or directions > 0
+    learned = moving and isinstance(directions, int) and num_warmup >= _MIN_ADAPT_WARMUP
+    return GibbsSettings(bool(scale_step), float(overrelax), moving, learned, int(num_warmup))
+
+
+def gibbs_init(keys, data, directions, z=None) -> GibbsState:
+    """First state of one chain (a single key) or of a batch of chains (keys ``(C,)``);
+    ``z``, if given, has the same leading axis as ``keys``."""
+
+    def init_one(key, z):
+        key, sub = random.split(key)
+        return init_state(sub, data, z, directions)._replace(rng_key=key)
+
+    if is_prng_key(keys):
+        return init_one(keys, z)
+    return jax.vmap(init_one, in_axes=(0, None if z is None else 0))(keys, z)
+
+
+def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool) -> GibbsState:
+    """One sweep of every chain (:func:`gibbs_step`), then, in warmup, the directions' schedule.
+
+    With ``batched`` the state holds a batch of chains: the sweep is ``vmap``-ed, while the
+    schedule stays outside the ``vmap`` (the chains share the sweep counter), so that the
+    directions are recomputed only when a window closes, not at every sweep.
+    """
+    each = jax.vmap if batched else (lambda fn: fn)
+    lead = (lambda x: x[0]) if batched else (lambda x: x)
+
+    def sweep(state):
+        key, sub = random.split(state.rng_key)
+        new = gibbs_step(sub, state, data, settings.scale_step, settings.overrelax,
+                         settings.moving)
+        return new._replace(rng_key=key)
+
+    state = each(sweep)(state)
+    if settings.learned:
+        warmup = settings.num_warmup
+        ends = (warmup // 2 - 1, warmup - 1)  # last sweeps of the two windows
+
+        def adapt(state):
+            it = lead(state.it)
+            moves = jax.lax.cond(
+                it >= warmup // 4, each(_accumulate), lambda m, v: m, state.moves,
+                *state.z.values(),
+            )
+            moves = jax.lax.cond(
+                (it == ends[0]) | (it == ends[1]), each(partial(_learn_directions, data=data)),
+                lambda m: m, moves,
+            )
+            return state._replace(moves=moves)
+
+        state = jax.lax.cond(lead(state.it) < warmup, adapt, lambda s: s, state)
+    return state._replace(it=state.it + 1)
 
 
 class BSVMGibbs(MCMCKernel):
@@ -1283,49 +1371,10 @@ class BSVMGibbs(MCMCKernel):
             data = _SUPPORTED[self._model](_bind(self._model, model_args, model_kwargs))
         self._data = data
         directions = _resolve_directions(self._directions, data)
-        moving = not isinstance(directions, int) or directions > 0
-        learned = moving and isinstance(directions, int) and num_warmup >= _MIN_ADAPT_WARMUP
+        settings = gibbs_settings(self._scale_step, self._overrelax, directions, num_warmup)
         batched = not is_prng_key(rng_key)  # 'vectorized': a batch of keys and states
-        each = jax.vmap if batched else (lambda fn: fn)
-        lead = (lambda x: x[0]) if batched else (lambda x: x)  # chains share the schedule
-
-        def sweep(state, line_moves):
-            key, sub = random.split(state.rng_key)
-            new = gibbs_step(sub, state, data, self._scale_step, self._overrelax, line_moves)
-            return new._replace(rng_key=key)
-
-        sweeps = each(partial(sweep, line_moves=moving))
-        ends = (num_warmup // 2 - 1, num_warmup - 1)  # last sweeps of the two windows
-
-        def adapt(state):
-            it = lead(state.it)
-            moves = jax.lax.cond(
-                it >= num_warmup // 4, each(_accumulate), lambda m, v: m, state.moves,
-                *state.z.values(),
-            )
-            moves = jax.lax.cond(
-                (it == ends[0]) | (it == ends[1]), each(partial(_learn_directions, data=data)),
-                lambda m: m, moves,
-            )
-            return state._replace(moves=moves)
-
-        def step(state):
-            state = sweeps(state)
-            if learned:
-                state = jax.lax.cond(lead(state.it) < num_warmup, adapt, lambda s: s, state)
-            return state._replace(it=state.it + 1)
-
-        self._sample_fn = step
-
-        def init_one(key, z):
-            key, sub = random.split(key)
-            return init_state(sub, data, z, directions)._replace(rng_key=key)
-
-        if not batched:  # one chain, or one of 'sequential' / 'parallel'
-            return init_one(rng_key, init_params)
-        return jax.vmap(init_one, in_axes=(0, None if init_params is None else 0))(
-            rng_key, init_params
-        )
+        self._sample_fn = partial(gibbs_sample, data=data, settings=settings, batched=batched)
+        return gibbs_init(rng_key, data, directions, init_params)
 
     def sample(self, state, model_args, model_kwargs):
         return self._sample_fn(state)
@@ -1348,6 +1397,51 @@ def _gibbs_stats(extra: dict) -> dict:
     return {name: extra[name] for name in _GIBBS_FIELDS}
 
 
+def _chain_kernel(model, kernel, settings: GibbsSettings, directions, fields) -> ChainKernel:
+    """The engines' sampler for the driver: the model's inputs are traced arrays (``X``,
+    ``y``, the scalars, ``params`` for the GP, and ``V``, fixed directions or None); ``kernel``
+    (the GP's covariance function) and ``directions`` (a number to learn) are static."""
+
+    def prepare(inputs):
+        args = {k: v for k, v in inputs.items() if k != "V"}
+        if model is models.gp_bsvm:
+            args.update(kernel=kernel, hyperpriors=None)
+        return _SUPPORTED[model](args), inputs["V"]
+
+    def init(keys, prepared):
+        data, V = prepared
+        return gibbs_init(keys, data, directions if V is None else V)
+
+    def step(state, prepared):
+        return gibbs_sample(state, prepared[0], settings, batched=True)
+
+    def collect(state, prepared):
+        return {"z": state.z, "extra": {name: getattr(state, name) for name in fields}}
+
+    return ChainKernel(prepare, init, step, collect)
+
+
+def _run_gibbs(model, inputs, kernel, *, key, config, scale_step, overrelax, directions,
+               store_lam, resume, dim):
+    """Validate the sampler options, run the chains, return the ``MCMCRun``."""
+    BSVMGibbs(model, scale_step=scale_step, overrelax=overrelax,
+              directions=directions)  # validates the options
+    directions = _resolve_for(None if directions is None else _check_directions(directions),
+                              model is models.linear_bsvm, dim)
+    settings = gibbs_settings(scale_step, overrelax, directions, config.num_warmup)
+    fields = _GIBBS_FIELDS + (("lam",) if store_lam else ())
+    fixed = not isinstance(directions, int)
+    inputs = {**inputs, "V": jnp.asarray(directions) if fixed else None}
+    static = ("gibbs", model, kernel, settings, None if fixed else directions, fields)
+    run = run_mcmc(
+        static, lambda: _chain_kernel(model, kernel, settings, directions, fields), key, inputs,
+        config, resume=None if resume is None else resume.checkpoint, label="gibbs",
+    )
+    if store_lam:
+        run.samples["lam"] = run.extra["lam"]
+    return run
+
+
 @register("gibbs", ("linear",), uses_kernel=False, budget="num_samples")
 def gibbs_linear(
     problem: Problem,
@@ -1364,7 +1458,6 @@ def gibbs_linear(
     num_chains: int = 4,
     chain_method: str = "vectorized",
     thinning: int = 1,
-    progress_bar: bool = False,
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
@@ -1394,8 +1487,6 @@ def gibbs_linear(
     num_chains : int, default=4
     chain_method : {"vectorized", "sequential", "parallel"}, default="vectorized"
     thinning : int, default=1
-    progress_bar : bool, default=False
-        NumPyro's progress bar (slower: it runs the loop from Python).
     store_lam : bool, default=False
         Also keep the draws of ``lam`` (chain, draw, obs) in ``idata.posterior``.
     max_predictive_draws : int, default=1000
@@ -1406,22 +1497,18 @@ def gibbs_linear(
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
     config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-        max_predictive_draws, link, store_lam=store_lam,
+        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
+        store_lam=store_lam,
     )
     gamma = positive_float("gamma", gamma)
     prior_scale = positive_float("prior_scale", prior_scale)
     setup = linear_setup(problem, intercept)
-    kernel = BSVMGibbs(
-        models.linear_bsvm, scale_step=scale_step, overrelax=overrelax, directions=directions
+    inputs = {"X": setup.Xd, "y": setup.y, "prior_scale": prior_scale, "gamma": gamma}
+    run = _run_gibbs(
+        models.linear_bsvm, inputs, None, key=key, config=config, scale_step=scale_step,
+        overrelax=overrelax, directions=directions, store_lam=store_lam, resume=resume,
+        dim=setup.Xd.shape[1],
     )
-    run = run_mcmc(
-        kernel, key, (setup.Xd, setup.y), {"prior_scale": prior_scale, "gamma": gamma},
-        config, extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
-        resume=None if resume is None else resume.checkpoint,
-    )
-    if store_lam:
-        run.samples["lam"] = run.extra["lam"]
     return mcmc_fit(
         run, config, method="gibbs", model="linear", problem=problem,
         sample_stats=_gibbs_stats(run.extra), coords={"feature": setup.features},
@@ -1446,7 +1533,6 @@ def gibbs_gp(
     num_chains: int = 4,
     chain_method: str = "vectorized",
     thinning: int = 1,
-    progress_bar: bool = False,
     store_lam: bool = False,
     max_predictive_draws: int = 1000,
     link: str = DEFAULT_LINK,
@@ -1469,27 +1555,30 @@ def gibbs_gp(
         benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.13 to 0.5
         (0.24 to 0.75 with ``overrelax=-0.9``). Learning them keeps an ``n x n`` covariance
         per chain in the sampler's state (``8 n^2`` bytes).
-    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar, store_lam,
+    num_samples, num_warmup, num_chains, chain_method, thinning, store_lam,
     max_predictive_draws, link, resume
         As for the linear model.
     """
     config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-        max_predictive_draws, link, store_lam=store_lam,
+        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
+        store_lam=store_lam,
     )
     gamma = positive_float("gamma", gamma)
     setup = gp_setup(problem, kernel, jitter)
-    sampler = BSVMGibbs(
-        models.gp_bsvm, scale_step=scale_step, overrelax=overrelax, directions=directions
+    try:  # the sweep factorises K itself (gp_setup accepts a singular K)
+        np.linalg.cholesky(np.asarray(setup.K))
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
+            "positive definite; increase jitter or check the kernel parameters"
+        ) from None
+    inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": gamma,
+              "jitter": setup.jitter}
+    run = _run_gibbs(
+        models.gp_bsvm, inputs, kernel, key=key, config=config, scale_step=scale_step,
+        overrelax=overrelax, directions=directions, store_lam=store_lam, resume=resume,
+        dim=problem.n,
     )
-    model_kwargs = {"kernel": kernel, "params": setup.params, "gamma": gamma, "jitter": setup.jitter}
-    run = run_mcmc(
-        sampler, key, (setup.X, setup.y), model_kwargs, config,
-        extra_fields=_GIBBS_FIELDS + (("lam",) if store_lam else ()),
-        resume=None if resume is None else resume.checkpoint,
-    )
-    if store_lam:
-        run.samples["lam"] = run.extra["lam"]
     return mcmc_fit(
         run, config, method="gibbs", model="gp", problem=problem,
         sample_stats=_gibbs_stats(run.extra),

@@ -13,22 +13,24 @@ Unlike the Gibbs sampler, NUTS can also sample kernel hyperparameters (``hyperpr
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.infer import NUTS
 
 from ... import models
 from ..._checks import boolean, positive_float, positive_int
 from ...api import register
 from ...data import Problem
-from ...kernels import DEFAULT_JITTER, Kernel, gram
+from ...kernels import DEFAULT_JITTER, Kernel
 from ...predictive import DEFAULT_LINK, MixturePredictor
 from ...result import Fit
 from .._common import gp_setup, linear_setup
-from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior, project
+from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior
+from ..latent import GPHyperDraws, Latent, SparseDraws, gp_hyper_draws, sparse_draws
 from ._common import (
     check_config,
     gp_predictor,
@@ -38,6 +40,7 @@ from ._common import (
     thin_draws,
     warn_divergences,
 )
+from .driver import ChainKernel, rebuild, split_static
 
 __all__ = ["NUTS_FIELDS", "nuts_kernel", "nuts_sample_stats", "default_hyperpriors"]
 
@@ -118,20 +121,57 @@ def _resolve_hyperpriors(hyperpriors, kernel, params):
     return dict(hyperpriors)
 
 
-def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint,
-              resume=None):
+def _chain_kernel(model, static, nuts_options: dict, num_warmup: int) -> ChainKernel:
+    """NumPyro's NUTS for the driver, a fresh kernel per compiled program: its ``init`` (traced
+    once) sets the sampler's settings, and ``sample``, ``postprocess_fn`` read the model's
+    arguments as traced inputs (``dynamic_args``)."""
     kernel = nuts_kernel(model, **nuts_options)
-    try:
-        run = run_mcmc(kernel, key, problem_args, model_kwargs, config, extra_fields=NUTS_FIELDS,
-                       resume=None if resume is None else resume.checkpoint)
-    except RuntimeError as err:
-        if "Cannot find valid initial parameters" not in str(err):
-            raise
+    getters = {name: attrgetter(name) for name in NUTS_FIELDS}
+
+    def arguments(inputs):
+        args, kwargs = rebuild(static, inputs)
+        return args, kwargs
+
+    def init(keys, inputs):
+        args, kwargs = arguments(inputs)
+        return kernel.init(keys, num_warmup, None, args, kwargs)
+
+    def step(state, inputs):
+        args, kwargs = arguments(inputs)
+        return kernel.sample(state, args, kwargs)
+
+    def collect(state, inputs):
+        args, kwargs = arguments(inputs)
+        z = jax.vmap(kernel.postprocess_fn(args, kwargs))(state.z)
+        return {"z": z, "extra": {name: get(state) for name, get in getters.items()}}
+
+    return ChainKernel(lambda inputs: inputs, init, step, collect, _check_start)
+
+
+def _check_start(state, inputs) -> None:
+    """NumPyro's ``initialize_model`` raises outside ``jit`` when no random start has a finite
+    log density and gradient; inside the compiled program it hands back the last try."""
+    finite = np.all(np.isfinite(np.asarray(state.potential_energy))) and all(
+        np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(state.z_grad)
+    )
+    if not finite:
         raise ValueError(
             "NUTS found no starting point with a finite log density and gradient: the model "
             "is numerically degenerate for these data (check the scale of X, prior_scale, "
             "gamma and the kernel hyperparameters)"
-        ) from err
+        )
+
+
+def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint,
+              resume=None):
+    nuts_kernel(model, **nuts_options)  # validates the options
+    static, inputs = split_static((tuple(problem_args), dict(model_kwargs)))
+    options = tuple(sorted(nuts_options.items()))
+    run = run_mcmc(
+        ("nuts", model, static, options), lambda: _chain_kernel(model, static, nuts_options,
+                                                               config.num_warmup),
+        key, inputs, config, resume=None if resume is None else resume.checkpoint, label="nuts",
+    )
     stats = nuts_sample_stats(run.extra, nuts_options["max_tree_depth"])
     warn_divergences(stats["diverging"], nuts_options["target_accept_prob"], hint)
     samples = {k: v for k, v in run.samples.items() if not k.endswith("_whitened")}
@@ -166,7 +206,6 @@ def nuts_linear(
     num_chains: int = 4,
     chain_method: str = "vectorized",
     thinning: int = 1,
-    progress_bar: bool = False,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
@@ -188,7 +227,6 @@ def nuts_linear(
     num_chains : int, default=4
     chain_method : {"vectorized", "sequential", "parallel"}, default="vectorized"
     thinning : int, default=1
-    progress_bar : bool, default=False
     target_accept_prob : float, default=0.8
         Step-size adaptation target; raise it when there are divergences.
     max_tree_depth : int, default=10
@@ -202,8 +240,7 @@ def nuts_linear(
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
     config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-        max_predictive_draws, link,
+        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
     )
     gamma = _check_nuts(augmented, store_lam, gamma)
     prior_scale = positive_float("prior_scale", prior_scale)
@@ -226,23 +263,12 @@ def nuts_linear(
 def _hyper_gp_predictor(kernel, X_train, jitter, params_base, draws, config, gamma):
     """Mixture predictor when each draw ``s`` has its own hyperparameters ``theta_s``."""
     names = [k for k in draws if k not in ("f", "lam")]
-    F = jnp.asarray(thin_draws(draws["f"], config.max_predictive_draws))
-    thetas = {k: jnp.asarray(thin_draws(draws[k], config.max_predictive_draws)) for k in names}
-
-    @jax.jit
-    def latent(Xs):
-        def one(args):
-            f, theta = args
-            params = models.kernel_params_with(kernel, params_base, theta)
-            chol = jnp.linalg.cholesky(gram(kernel, params, X_train, jitter))
-            Ks = kernel.K(params, X_train, Xs)
-            V = solve_triangular(chol, Ks, lower=True)
-            mean = Ks.T @ cho_solve((chol, True), f)
-            return mean, jnp.maximum(kernel.diag(params, Xs) - jnp.sum(V**2, axis=0), 0.0)
-
-        return jax.lax.map(one, (F, thetas))
-
-    return MixturePredictor(latent, link=config.link, gamma=gamma)
+    arrays = GPHyperDraws(
+        X_train, jnp.asarray(jitter), params_base,
+        jnp.asarray(thin_draws(draws["f"], config.max_predictive_draws)),
+        {k: jnp.asarray(thin_draws(draws[k], config.max_predictive_draws)) for k in names},
+    )
+    return MixturePredictor(Latent(gp_hyper_draws, kernel, arrays), link=config.link, gamma=gamma)
 
 
 def _posterior_kernel_params(kernel, params, samples, names):
@@ -266,7 +292,6 @@ def nuts_gp(
     num_chains: int = 4,
     chain_method: str = "vectorized",
     thinning: int = 1,
-    progress_bar: bool = False,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
@@ -287,14 +312,12 @@ def nuts_gp(
         them too; ``"default"`` puts ``LogNormal(log(start), 1)`` on every positive one. Their
         draws are in ``idata.posterior`` under their names, ``Fit.kernel_params`` holds the
         posterior medians, and predictions use each draw's own kernel.
-    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link,
-    resume
+    num_samples, num_warmup, num_chains, chain_method, thinning, target_accept_prob,
+    max_tree_depth, dense_mass, store_lam, max_predictive_draws, link, resume
         As for the linear model.
     """
     config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-        max_predictive_draws, link,
+        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
     )
     gamma = _check_nuts(augmented, store_lam, gamma)
     setup = gp_setup(problem, kernel, jitter)
@@ -327,14 +350,8 @@ def nuts_gp(
 def _sparse_predictor(kernel, params, prior, u_draws, config, gamma):
     """``f* | u_s ~ N(kappa_* u_s, k** - kappa_* K_m*)``: the sparse model's own conditional."""
     U = jnp.asarray(thin_draws(u_draws, config.max_predictive_draws))  # (S, m)
-
-    @jax.jit
-    def latent(Xs):
-        proj = project(kernel, params, prior, Xs)
-        means = U @ proj.kappa.T
-        return means, jnp.broadcast_to(proj.ktilde, means.shape)
-
-    return MixturePredictor(latent, link=config.link, gamma=gamma)
+    arrays = SparseDraws(params, prior, U)
+    return MixturePredictor(Latent(sparse_draws, kernel, arrays), link=config.link, gamma=gamma)
 
 
 def _inducing_locations(problem, inducing, num_inducing, key):
@@ -370,7 +387,6 @@ def nuts_sparse_gp(
     num_chains: int = 4,
     chain_method: str = "vectorized",
     thinning: int = 1,
-    progress_bar: bool = False,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
@@ -393,14 +409,12 @@ def nuts_sparse_gp(
         seed). Stored in ``Fit.options["inducing_points"]``.
     gamma, augmented, jitter
         As for ``model="gp"`` (``jitter`` is added to ``Kmm``).
-    num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-    target_accept_prob, max_tree_depth, dense_mass, store_lam, max_predictive_draws, link,
-    resume
+    num_samples, num_warmup, num_chains, chain_method, thinning, target_accept_prob,
+    max_tree_depth, dense_mass, store_lam, max_predictive_draws, link, resume
         As for the linear model.
     """
     config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, progress_bar,
-        max_predictive_draws, link,
+        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
     )
     gamma = _check_nuts(augmented, store_lam, gamma)
     k_inducing, key = jax.random.split(key)

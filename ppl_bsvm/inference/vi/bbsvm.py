@@ -44,6 +44,7 @@ from ...kernels import DEFAULT_JITTER, Kernel, gram
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .. import gaussian
+from ..latent import GPNoisy, Latent, gp_noisy
 from .._common import check_gamma, check_kernel_matrix, gaussian_idata
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
@@ -237,12 +238,6 @@ def bbsvm(
     draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, num_draws)
     elapsed = time.perf_counter() - t0
 
-    fitted, fac, weights = st.params, q.fac, q.weights
-
-    @jax.jit
-    def _latent(Xs):
-        return gaussian.predict(fac, weights, kernel.K(fitted, X, Xs), kernel.diag(fitted, Xs))
-
     idata = gaussian_idata(
         {"f": np.asarray(draws)[None]},
         problem=problem,
@@ -263,7 +258,10 @@ def bbsvm(
         idata=idata,
         method="vi",
         model="gp",
-        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        predictor=GaussianPredictor(
+            Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights)),
+            link=link, gamma=gamma,
+        ),
         timings={"engine": elapsed},
         trace=trace,
         stop_reason=result.stop_reason,

@@ -40,6 +40,7 @@ from ...kernels import DEFAULT_JITTER, Kernel
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .. import gaussian
+from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
 from .._common import (
     check_gamma,
     gaussian_idata,
@@ -218,12 +219,6 @@ def ecm_gp(
     draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_map, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
-    X_train, params = setup.X, setup.params
-
-    @jax.jit
-    def _latent(Xs):
-        return gaussian.predict(fac, a, kernel.K(params, X_train, Xs), kernel.diag(params, Xs))
-
     idata = gaussian_idata(
         {"f": draws},
         problem=problem,
@@ -238,13 +233,16 @@ def ecm_gp(
         idata=idata,
         method="ecm",
         model="gp",
-        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        predictor=GaussianPredictor(
+            Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, a)),
+            link=link, gamma=gamma,
+        ),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
         kernel=kernel,
-        kernel_params=params,
+        kernel_params=setup.params,
         jitter=setup.jitter,
         state=result.state,
     )
@@ -291,14 +289,6 @@ def ecm_linear(
     draws = mvn_draws(key, beta, chol_cov, num_draws)
     elapsed = time.perf_counter() - t0
 
-    @jax.jit
-    def _latent_design(Xd):
-        v = solve_triangular(chol_prec, Xd.T, lower=True)
-        return Xd @ beta, jnp.sum(v**2, axis=0)
-
-    def _latent(Xs):
-        return _latent_design(design_matrix(Xs, intercept))
-
     idata = gaussian_idata(
         {"beta": draws},
         problem=problem,
@@ -314,7 +304,10 @@ def ecm_linear(
         idata=idata,
         method="ecm",
         model="linear",
-        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        predictor=GaussianPredictor(
+            Latent(linear_gaussian, intercept, LinearGaussian(beta, chol_prec)),
+            link=link, gamma=gamma,
+        ),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,

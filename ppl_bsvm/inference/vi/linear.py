@@ -44,6 +44,7 @@ from ...data import Problem, design_matrix
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .._common import check_gamma, gaussian_idata, linear_setup, mvn_draws
+from ..latent import Latent, LinearGaussian, linear_gaussian
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
 from . import schedules
@@ -333,14 +334,6 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
     draws = mvn_draws(key, mu, cov_factor, num_draws)
     intercept = setup.features[-1] == "intercept"
 
-    @jax.jit
-    def _latent_design(Xd):
-        m, s = latent_marginals(Xd, 0.0, mu, chol)
-        return m, s
-
-    def _latent(Xs):
-        return _latent_design(design_matrix(Xs, intercept))
-
     idata = gaussian_idata(
         {"beta": draws},
         problem=problem,
@@ -358,7 +351,9 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
         idata=idata,
         method=method,
         model="linear",
-        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        predictor=GaussianPredictor(
+            Latent(linear_gaussian, intercept, LinearGaussian(mu, chol)), link=link, gamma=gamma
+        ),
         timings={"engine": elapsed},
         trace=extra_trace,
         stop_reason=result.stop_reason,

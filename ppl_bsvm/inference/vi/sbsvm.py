@@ -59,6 +59,7 @@ from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .._common import check_gamma, gaussian_idata
 from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
+from ..latent import Latent
 from ..loop import run
 from . import elbo as elbo_mod
 from . import schedules
@@ -367,19 +368,13 @@ def _f_draws_chunk(kernel, post: _Posterior, Xc, v_draws, key):
     return v_draws @ proj.kappa.T + jnp.sqrt(proj.ktilde) * eps
 
 
-def latent(kernel, post: _Posterior, X, chunk: int = CHUNK):
+def latent(kernel, post: _Posterior, X):
     """Latent predictive mean and variance at the rows of ``X`` (spec section 5), by chunks:
 
     ``q(f*) = N(kappa_* mu, K_** - kappa_* K_m* + kappa_* zeta kappa_*^T)``, i.e. in whitened
     form ``N(psi_* m_v, K_** - psi_*^T psi_* + psi_*^T S psi_*)``.
     """
-    X = jnp.asarray(X, dtype=jnp.float64)
-    means, variances = [], []
-    for start in range(0, X.shape[0], chunk):
-        m, v = _latent_chunk(kernel, post, X[start:start + chunk])
-        means.append(np.asarray(m))
-        variances.append(np.asarray(v))
-    return np.concatenate(means), np.concatenate(variances)
+    return Latent(_latent_chunk, kernel, post)(X)
 
 
 def _check_Z(Z, d):
@@ -546,9 +541,6 @@ def _sbsvm(
         posterior["f"] = np.concatenate(f, axis=1)[None]
     elapsed = time.perf_counter() - t0
 
-    def _latent(Xs):
-        return latent(kernel, post, Xs)
-
     idata = gaussian_idata(
         posterior,
         problem=problem,
@@ -574,7 +566,7 @@ def _sbsvm(
         idata=idata,
         method="svi",
         model=model,
-        predictor=GaussianPredictor(_latent, link=link, gamma=gamma),
+        predictor=GaussianPredictor(Latent(_latent_chunk, kernel, post), link=link, gamma=gamma),
         timings={"engine": elapsed, "inducing": t_inducing},
         trace=trace,
         stop_reason=result.stop_reason,

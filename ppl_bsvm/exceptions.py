@@ -1,0 +1,33 @@
+"""Warnings ppl_bsvm emits when a result may not be what the user asked for.
+
+Both are ``UserWarning`` subclasses, so ``warnings.simplefilter("error", ConvergenceWarning)``
+turns them into errors and ``"ignore"`` silences them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConvergenceWarning", "DivergenceWarning", "warn_max_iter"]
+
+
+class ConvergenceWarning(UserWarning):
+    """An engine stopped before it converged: an iterative engine at its iteration cap
+    (``max_iter``) before meeting its tolerance, a sampler whose chains disagree (R-hat), or the
+    bootstrap's fixed point before its moments matched. The message names the option to raise."""
+
+
+class DivergenceWarning(UserWarning):
+    """NUTS reported divergent transitions: the draws may be biased."""
+
+
+def warn_max_iter(what: str, max_iter: int, tol, *, option: str = "max_iter",
+                  stacklevel: int = 2) -> None:
+    """Warn that ``what`` stopped at its cap of ``max_iter`` iterations before ``tol`` was met."""
+    import warnings
+
+    rule = "its stopping rule" if tol is None else f"its stopping rule (tol={tol:g})"
+    warnings.warn(
+        f"{what} stopped at {option}={max_iter} before {rule} was met; "
+        f"the result may not have converged. Raise {option} (or loosen tol) to let it finish.",
+        ConvergenceWarning,
+        stacklevel=stacklevel + 1,
+    )

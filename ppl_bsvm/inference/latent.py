@@ -1,0 +1,213 @@
+r"""Latent predictive functions of the fitted approximations, compiled once per family.
+
+A fit's predictor maps test inputs to the latent predictive (a Gaussian's mean and variance,
+or one per posterior draw). Each family below is one module-level ``jit``-ed function of
+``(static settings, arrays of the fit, X*)``; a fit binds its arrays with
+:class:`Latent` (a picklable ``functools.partial``-like object), so every fit of a family
+shares one compiled program instead of compiling a closure with its arrays baked in.
+:class:`Latent` also cuts ``X*`` into chunks of :data:`CHUNK` rows and pads the last one to a
+power of two (at least 8 rows): test sets of any size reuse a handful of programs, and
+memory stays ``O(CHUNK n)`` for a GP predictor trained on ``n`` points.
+
+Families (``X*`` rows ``x_*``, ``k_*`` the kernel column ``k(X, x_*)``):
+
+``gp_noisy``
+    GP regression with per-point noise (B-BSVM, ECM, GPC's Laplace and EP):
+    :math:`m = k_*^\top a`, :math:`v = k_{**} - |L^{-1} S k_*|^2`
+    (``ppl_bsvm.inference.gaussian.predict``).
+``linear_gaussian``
+    ``q(beta) = N(mu, P^{-1})`` with ``P = L L^T``: :math:`m = x_*^\top \mu`,
+    :math:`v = |L^{-1} x_*|^2` (linear VI, SVI, ECM).
+``linear_draws``
+    One latent value per posterior draw of ``beta``: :math:`m_s = x_*^\top \beta_s`, ``v = 0``.
+``gp_draws``
+    Per posterior draw ``f_s`` of the GP at the training inputs:
+    :math:`m_s = k_*^\top K^{-1} f_s`, :math:`v = k_{**} - |L_K^{-1} k_*|^2`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from . import gaussian
+
+__all__ = [
+    "CHUNK",
+    "Latent",
+    "padded_size",
+    "GPNoisy",
+    "gp_noisy",
+    "LinearGaussian",
+    "linear_gaussian",
+    "linear_draws",
+    "GPDraws",
+    "gp_draws",
+]
+
+CHUNK = 2048
+"""Rows of ``X*`` per call of a latent function."""
+
+
+def padded_size(n: int) -> int:
+    """Rows a chunk of ``n <= CHUNK`` rows is padded to: the next power of two, at least 8."""
+    return min(CHUNK, max(8, 1 << max(n - 1, 0).bit_length()))
+
+
+class Latent:
+    """``X* -> latent predictive`` for one fit: ``fn(static, arrays, X*)`` in padded chunks.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level, ``jit``-ed family function (this module's).
+    static : hashable
+        Its static settings (a kernel, the intercept flag).
+    arrays : pytree of arrays
+        The fit's arrays it reads.
+    axis : int, default=-1
+        Axis of the outputs that runs over the rows of ``X*`` (concatenated over chunks).
+    """
+
+    def __init__(self, fn, static, arrays, axis: int = -1):
+        self.fn = fn
+        self.static = static
+        self.arrays = arrays
+        self.axis = axis
+
+    def __call__(self, X):
+        X = jnp.asarray(X, dtype=jnp.float64)
+        n = X.shape[0]
+        parts = []
+        for start in range(0, max(n, 1), CHUNK):
+            chunk = X[start:start + CHUNK]
+            rows = chunk.shape[0]
+            size = padded_size(rows)
+            if size > rows:
+                chunk = jnp.concatenate([chunk, jnp.zeros((size - rows, X.shape[1]), X.dtype)])
+            out = self.fn(self.static, self.arrays, chunk)
+            parts.append(jax.tree.map(lambda a, rows=rows: np.take(np.asarray(a), np.arange(rows),
+                                                                  axis=self.axis), out))
+        return jax.tree.map(lambda *p: np.concatenate(p, axis=self.axis), *parts)
+
+
+class GPNoisy(NamedTuple):
+    """Arrays of a GP-regression predictive: training inputs ``X (n, d)``, unconstrained kernel
+    ``params``, the factor ``chol (n, n)`` of ``I + S K S`` with ``s (n,)`` and the weights
+    ``a = (K + N)^{-1} t (n,)``."""
+
+    X: jnp.ndarray
+    params: dict
+    chol: jnp.ndarray
+    s: jnp.ndarray
+    a: jnp.ndarray
+
+
+@partial(jax.jit, static_argnums=0)
+def gp_noisy(kernel, arrays: GPNoisy, Xs):
+    """Mean and variance ``(n*,)`` of the GP-regression predictive (module doc)."""
+    fac = gaussian.NoisyFactor(arrays.chol, arrays.s)
+    K_cross = kernel.K(arrays.params, arrays.X, Xs)
+    return gaussian.predict(fac, arrays.a, K_cross, kernel.diag(arrays.params, Xs))
+
+
+def _design(X, intercept: bool):
+    if not intercept:
+        return X
+    return jnp.concatenate([X, jnp.ones((X.shape[0], 1), X.dtype)], axis=1)
+
+
+class LinearGaussian(NamedTuple):
+    """``q(beta) = N(mean, (L L^T)^{-1})``: ``mean (p,)``, ``chol (p, p)`` of the precision."""
+
+    mean: jnp.ndarray
+    chol: jnp.ndarray
+
+
+@partial(jax.jit, static_argnums=0)
+def linear_gaussian(intercept: bool, arrays: LinearGaussian, X):
+    """Mean and variance ``(n*,)`` of ``x_*^T beta`` (module doc)."""
+    Xd = _design(X, intercept)
+    V = solve_triangular(arrays.chol, Xd.T, lower=True)
+    return Xd @ arrays.mean, jnp.sum(V**2, axis=0)
+
+
+@partial(jax.jit, static_argnums=0)
+def linear_draws(intercept: bool, betas, X):
+    """Means ``(S, n*)`` of ``x_*^T beta_s`` for draws ``betas (S, p)`` and zero variances."""
+    means = betas @ _design(X, intercept).T
+    return means, jnp.zeros_like(means)
+
+
+class GPDraws(NamedTuple):
+    """Draws of the GP at the training inputs: ``X (n, d)``, ``params``, the Cholesky factor
+    ``chol (n, n)`` of the (jittered) ``K`` and ``A = K^{-1} F^T (n, S)``."""
+
+    X: jnp.ndarray
+    params: dict
+    chol: jnp.ndarray
+    A: jnp.ndarray
+
+
+@partial(jax.jit, static_argnums=0)
+def gp_draws(kernel, arrays: GPDraws, Xs):
+    """Means ``(S, n*)`` of ``f_* | f_s`` and the common conditional variance (module doc)."""
+    Ks = kernel.K(arrays.params, arrays.X, Xs)
+    V = solve_triangular(arrays.chol, Ks, lower=True)
+    var = jnp.maximum(kernel.diag(arrays.params, Xs) - jnp.sum(V**2, axis=0), 0.0)
+    means = arrays.A.T @ Ks
+    return means, jnp.broadcast_to(var, means.shape)
+
+
+class SparseDraws(NamedTuple):
+    """Draws ``U (S, m)`` of the inducing values at ``prior.Z`` under kernel ``params``."""
+
+    params: dict
+    prior: object  # ppl_bsvm.inference.inducing.InducingPrior
+    U: jnp.ndarray
+
+
+@partial(jax.jit, static_argnums=0)
+def sparse_draws(kernel, arrays: SparseDraws, Xs):
+    """``f_* | u_s ~ N(kappa_* u_s, k_** - kappa_* K_m*)``: means ``(S, n*)``, variances."""
+    from .inducing import project
+
+    proj = project(kernel, arrays.params, arrays.prior, Xs)
+    means = arrays.U @ proj.kappa.T
+    return means, jnp.broadcast_to(proj.ktilde, means.shape)
+
+
+class GPHyperDraws(NamedTuple):
+    """Draws of ``f`` at the training inputs ``F (S, n)`` with their own hyperparameters
+    ``thetas`` (name -> ``(S, ...)``, natural scale) over the base ``params``."""
+
+    X: jnp.ndarray
+    jitter: jnp.ndarray
+    params: dict
+    F: jnp.ndarray
+    thetas: dict
+
+
+@partial(jax.jit, static_argnums=0)
+def gp_hyper_draws(kernel, arrays: GPHyperDraws, Xs):
+    """Like :func:`gp_draws`, each draw with its own kernel (one ``n x n`` factor per draw)."""
+    from jax.scipy.linalg import cho_solve
+
+    from ..kernels import gram
+    from ..models import kernel_params_with
+
+    def one(args):
+        f, theta = args
+        params = kernel_params_with(kernel, arrays.params, theta)
+        chol = jnp.linalg.cholesky(gram(kernel, params, arrays.X, arrays.jitter))
+        Ks = kernel.K(params, arrays.X, Xs)
+        V = solve_triangular(chol, Ks, lower=True)
+        mean = Ks.T @ cho_solve((chol, True), f)
+        return mean, jnp.maximum(kernel.diag(params, Xs) - jnp.sum(V**2, axis=0), 0.0)
+
+    return jax.lax.map(one, (arrays.F, arrays.thetas))

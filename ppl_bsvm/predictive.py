@@ -23,12 +23,15 @@ ECM fits); a :class:`MixturePredictor` averages the link over posterior draws (M
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
+
+from ._shapes import padded_call
 
 __all__ = [
     "LINKS",
@@ -64,13 +67,30 @@ def class_probability(mean, var, link: str = DEFAULT_LINK, gamma: float = 1.0):
 
     Parameters
     ----------
-    mean, var : array of shape (n,)
+    mean, var : array of shape (..., n)
         Latent predictive mean and variance (``var >= 0``).
     link : {"paper", "probit", "sign", "normalized"}
     gamma : float, default=1.0
         Temperature of the pseudo-likelihood (only the ``"normalized"`` link uses it).
+
+    Returns
+    -------
+    ndarray of shape (..., n)
+        Computed by a program compiled once per link and padded length (``_shapes``); under
+        ``jit`` (traced inputs) the same formulas as JAX operations.
     """
     check_link(link)
+    if isinstance(mean, jax.core.Tracer) or isinstance(var, jax.core.Tracer):
+        return _class_probability(mean, var, link, gamma)
+    return padded_call(lambda m, v: _compiled_probability(m, v, link, gamma), mean, var)
+
+
+@functools.partial(jax.jit, static_argnames=("link",))
+def _compiled_probability(mean, var, link, gamma):
+    return _class_probability(mean, var, link, gamma)
+
+
+def _class_probability(mean, var, link, gamma):
     mean = jnp.asarray(mean)
     var = jnp.maximum(jnp.asarray(var), 0.0)
     if link == "paper":
@@ -160,7 +180,7 @@ class MixturePredictor:
     def proba(self, X, link: str | None = None):
         means, variances = self.draws_latent_fn(X)
         p = class_probability(means, variances, link or self.link, self.gamma)
-        return np.asarray(jnp.mean(p, axis=0), dtype=np.float64)
+        return np.mean(p, axis=0, dtype=np.float64)
 
     def sample_latent(self, X, num_draws: int, seed: int = 0) -> np.ndarray:
         """Draws ``(num_draws, n*)`` of ``f(x*)``: a posterior draw, then its conditional."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -23,8 +24,11 @@ from ..kernels import (
     Sum,
 )
 from .._idata import _dataset
+from .._shapes import pad_rows, padded_call, padded_size
 from ..predictive import LINKS, GaussianPredictor, class_probability
 from ._likelihoods import logistic_gaussian
+
+_logistic_gaussian = jax.jit(logistic_gaussian)
 
 __all__ = [
     "BASELINE_LINKS",
@@ -66,7 +70,7 @@ class LinkPredictor(GaussianPredictor):
         link = check_baseline_link(link or self.link)
         mean, var = self.latent(X)
         if link == "logit":
-            return np.asarray(logistic_gaussian(mean, var), dtype=np.float64)
+            return padded_call(_logistic_gaussian, mean, var)
         return np.asarray(class_probability(mean, var, link, self.gamma), dtype=np.float64)
 
 
@@ -133,10 +137,22 @@ def fit_idata(problem: Problem, groups: dict[str, dict], *, dims=None, coords=No
 
 
 def kernel_matrix(kernel: Kernel, params, X1, X2=None) -> np.ndarray:
-    """``k(X1, X2)`` as a float64 NumPy array (for scikit-learn's precomputed kernels)."""
-    X1 = jnp.asarray(X1, dtype=jnp.float64)
-    X2 = X1 if X2 is None else jnp.asarray(X2, dtype=jnp.float64)
-    return np.asarray(kernel.K(params, X1, X2), dtype=np.float64)
+    """``k(X1, X2)`` as a float64 NumPy array (for scikit-learn's precomputed kernels).
+
+    One compiled program per kernel and padded shape: the rows of ``X1`` and ``X2`` are padded
+    to powers of two (``_shapes.padded_size``), so that test sets and support sets of any size
+    share a few programs.
+    """
+    X1 = np.asarray(X1, dtype=np.float64)
+    X2 = X1 if X2 is None else np.asarray(X2, dtype=np.float64)
+    n1, n2 = X1.shape[0], X2.shape[0]
+    K = _kernel_matrix(kernel, params, pad_rows(X1, padded_size(n1)), pad_rows(X2, padded_size(n2)))
+    return np.asarray(K)[:n1, :n2]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _kernel_matrix(kernel, params, X1, X2):
+    return kernel.K(params, X1, X2)
 
 
 def to_sklearn_kernel(kernel: Kernel, params):

@@ -393,12 +393,10 @@ def bcm_combine(Kqq, Kmq, a, b, chol, s, combine: str, jitter: float):
     return L_prior @ g_hat, jnp.sum(Y**2, axis=0)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3, 4))
 def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float):
-    """Combined latent mean and variance at the query set ``Xq (N_Q, d)``.
-
-    The kernel matrices are evaluated here and the combination is compiled once per shape
-    (not per kernel: hyperparameter values do not trigger recompilation).
-    """
+    """Combined latent mean and variance at the query set ``Xq (N_Q, d)``, one compiled
+    program per kernel and shape (hyperparameter values do not trigger recompilation)."""
     Kqq = kernel.K(model.params, Xq, Xq)
     Kmq = jax.vmap(lambda Xi: kernel.K(model.params, Xi, Xq))(model.X)
     return bcm_combine(Kqq, Kmq, model.a, model.b, model.chol, model.s, combine, jitter)

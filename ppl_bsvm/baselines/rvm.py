@@ -80,6 +80,7 @@ from ..data import Problem
 from ..inference._common import APPROX_GROUP
 from ..kernels import Kernel, get_kernel
 from ..result import Fit
+from .._shapes import padded_size
 from ._common import LinkPredictor, check_baseline_link, kernel_matrix
 from ._likelihoods import logistic_gaussian
 
@@ -486,8 +487,8 @@ def rvm(
     basis = _Basis(kernel, params, problem.X[rel], has_bias)
     mean, cov = result.mean, result.cov
     chol = np.linalg.cholesky(cov + 1e-14 * np.trace(cov) / len(mean) * np.eye(len(mean)))
-    with jax.enable_x64(True):
-        z = np.asarray(jax.random.normal(key, (num_draws, len(mean))))
+    with jax.enable_x64(True):  # drawn at a padded width: one program for every basis size
+        z = np.asarray(jax.random.normal(key, (num_draws, padded_size(len(mean)))))[:, :len(mean)]
     w_draws = mean + z @ chol.T
     Phi_M = Phi[:, result.active]
     elapsed = time.perf_counter() - t0

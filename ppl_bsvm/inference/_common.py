@@ -10,11 +10,14 @@ import numpy as np
 
 from .._checks import nonnegative_float, positive_float
 from .._idata import make_idata
+from .._shapes import bucket_size, pad_rows
 from ..data import Problem, design_matrix, feature_names
 from ..kernels import Kernel, gram
 
 __all__ = [
     "APPROX_GROUP",
+    "bucket_size",
+    "pad_rows",
     "GPSetup",
     "LinearSetup",
     "check_gamma",

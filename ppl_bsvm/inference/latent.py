@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from .._shapes import CHUNK, pad_rows, padded_size
 from . import gaussian
 
 __all__ = [
@@ -50,13 +51,6 @@ __all__ = [
     "gp_draws",
 ]
 
-CHUNK = 2048
-"""Rows of ``X*`` per call of a latent function."""
-
-
-def padded_size(n: int) -> int:
-    """Rows a chunk of ``n <= CHUNK`` rows is padded to: the next power of two, at least 8."""
-    return min(CHUNK, max(8, 1 << max(n - 1, 0).bit_length()))
 
 
 class Latent:
@@ -81,18 +75,16 @@ class Latent:
         self.axis = axis
 
     def __call__(self, X):
-        X = jnp.asarray(X, dtype=jnp.float64)
+        X = np.asarray(X, dtype=np.float64)
         n = X.shape[0]
         parts = []
         for start in range(0, max(n, 1), CHUNK):
             chunk = X[start:start + CHUNK]
             rows = chunk.shape[0]
-            size = padded_size(rows)
-            if size > rows:
-                chunk = jnp.concatenate([chunk, jnp.zeros((size - rows, X.shape[1]), X.dtype)])
-            out = self.fn(self.static, self.arrays, chunk)
-            parts.append(jax.tree.map(lambda a, rows=rows: np.take(np.asarray(a), np.arange(rows),
-                                                                  axis=self.axis), out))
+            out = self.fn(self.static, self.arrays, pad_rows(chunk, padded_size(rows)))
+            parts.append(jax.tree.map(
+                lambda a, rows=rows: np.take(np.asarray(a), np.arange(rows), axis=self.axis), out
+            ))
         return jax.tree.map(lambda *p: np.concatenate(p, axis=self.axis), *parts)
 
 

@@ -260,7 +260,7 @@ def run(
                     f"in {', '.join(fields) or 'the state'}; the iterates diverged. Check the "
                     "data scale, the kernel hyperparameters and jitter, and the learning rate."
                 )
-            pieces.append(jax.tree.map(lambda b, n=n: np.asarray(b[:n]), buffer))
+            pieces.append(jax.tree.map(lambda b, n=n: np.asarray(b)[:n], buffer))
             done_iter += n
             converged_now = bool(done)
             bar.update(n)

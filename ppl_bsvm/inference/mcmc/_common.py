@@ -229,7 +229,7 @@ def thin_draws(draws, max_draws: int):
 
 def linear_predictor(beta_draws, intercept: bool, config: MCMCConfig, gamma: float):
     """``f* = x*^T beta_s`` for each kept draw ``s`` (no variance given the draw)."""
-    betas = jnp.asarray(thin_draws(beta_draws, config.max_predictive_draws))
+    betas = np.asarray(thin_draws(beta_draws, config.max_predictive_draws))
     return MixturePredictor(Latent(linear_draws, bool(intercept), betas), link=config.link,
                             gamma=gamma)
 

@@ -324,7 +324,7 @@ def _host(buffer, n: int, parallel: bool) -> np.ndarray:
     """A segment's buffer ``(SEGMENT, C, ...)`` as numpy ``(C, n, ...)``."""
     if parallel:  # (devices, SEGMENT, 1, ...), one chain per device
         return np.asarray(buffer)[:, :n, 0]
-    return np.swapaxes(np.asarray(buffer[:n]), 0, 1)
+    return np.swapaxes(np.asarray(buffer)[:n], 0, 1)
 
 
 def _assemble(pieces, warmup: int, num_samples: int, done: int, thinning: int):

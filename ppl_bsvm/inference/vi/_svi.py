@@ -17,10 +17,24 @@ Alg. 1 omits)
 and the natural-gradient step is ``eta <- (1 - rho) eta + rho eta_hat``. With the full batch
 and ``rho = 1`` this is one sweep of batch coordinate ascent.
 
-Minibatches are drawn without replacement within an epoch: a permutation of ``0..n-1`` is cut
-into consecutive batches and redrawn when fewer than ``|S|`` indices are left (those few are
-skipped for that epoch; which ones changes every epoch). Drawing costs ``O(|S|)`` per step
-plus one ``O(n)`` permutation per epoch.
+Minibatches are drawn without replacement: a stream of independent permutations of
+``0..n-1`` is cut into consecutive batches, a batch straddling two permutations where one ends,
+so every epoch (``n`` consecutive stream positions) visits every point exactly once. Drawing
+costs ``O(|S|)`` per step plus one ``O(n)`` permutation per epoch.
+
+**Stopping in epochs** (:class:`ElboEstimate`). Each step already has the batch's latent
+marginals under the current ``q``, hence each point's data term of the collapsed ELBO
+(``elbo.collapsed_data_term``). Summed over a period of ``P`` stream positions
+(``check_every`` epochs) and scaled by ``n / P``, minus the KL of ``q`` at the period's end,
+they estimate the ELBO along that period at no extra pass over the data. With ``P = n`` (the
+default, one epoch) each point enters exactly once, so the estimate has no sampling noise at
+all (only ``q``'s movement within the epoch); for ``P < n`` its sampling variance is
+``n^2 s^2 / P (1 - P / n)`` (``s^2`` the variance of the period's terms, the finite-population
+correction for sampling without replacement). The run stops at the end of a period when the
+change from the previous period's estimate, less twice its standard error, is below
+``tol (1 + |ELBO|)``: at the earliest after two periods, two epochs by default, where the old
+rule (a full-data ELBO every ``elbo_every`` steps, means of windows of ``elbo_window`` of them)
+could not stop before 1000 steps.
 """
 
 from __future__ import annotations
@@ -32,7 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from ..._checks import positive_int
+from ..._checks import positive_float, positive_int
+from . import elbo as elbo_mod
 
 __all__ = [
     "Batches",
@@ -45,46 +60,65 @@ __all__ = [
     "latent_marginals",
     "recorded",
     "check_svi_options",
-    "ElboWindow",
-    "window_init",
-    "window_push",
+    "period_points",
+    "ElboEstimate",
+    "estimate_init",
+    "estimate_push",
 ]
 
 
 class Batches(NamedTuple):
-    """Minibatch sampler state.
+    """Minibatch sampler state: a stream of permutations (module docstring).
 
     Attributes
     ----------
     key : PRNG key
-    perm : (n,) int32
-        The current epoch's permutation.
+    perm : (N,) int32
+        The current epoch's permutation of the ``n`` points in its first ``n`` entries (``N >= n``
+        rows when the data are padded; the padding rows are never drawn).
+    next_perm : (N,) int32
+        The next epoch's, which a batch straddling the end of ``perm`` continues into.
     pos : () int32
-        Index into ``perm`` of the next batch.
+        Index into ``perm`` of the next batch's first point.
     """
 
     key: jnp.ndarray
     perm: jnp.ndarray
+    next_perm: jnp.ndarray
     pos: jnp.ndarray
 
 
-def batches_init(key, n: int) -> Batches:
-    key, sub = jax.random.split(key)
-    perm = jax.random.permutation(sub, n).astype(jnp.int32)
-    return Batches(key, perm, jnp.zeros((), jnp.int32))
+def _permutation(key, size: int, n):
+    """A random permutation of ``0..n-1`` in the first ``n`` of ``size`` entries (``n`` traced)."""
+    u = jax.random.uniform(key, (size,))
+    u = jnp.where(jnp.arange(size) < n, u, 2.0)
+    return jnp.argsort(u).astype(jnp.int32)
 
 
-def next_batch(batches: Batches, batch_size: int):
-    """Indices ``(batch_size,)`` of the next minibatch and the new sampler state."""
-    n = batches.perm.shape[0]
+def batches_init(key, size: int, n=None) -> Batches:
+    """Sampler over ``n`` points (default ``size``) of arrays with ``size`` rows."""
+    n = size if n is None else n
+    key, first, second = jax.random.split(key, 3)
+    return Batches(key, _permutation(first, size, n), _permutation(second, size, n),
+                   jnp.zeros((), jnp.int32))
 
-    def reshuffle(b):
+
+def next_batch(batches: Batches, batch_size: int, n=None):
+    """Indices ``(batch_size,)`` of the next minibatch of the ``n`` points (``batch_size <= n``;
+    default all rows) and the new state."""
+    size = batches.perm.shape[0]
+    n = size if n is None else n
+    q = batches.pos + jnp.arange(batch_size, dtype=jnp.int32)
+    idx = jnp.where(q < n, batches.perm[jnp.minimum(q, size - 1)],
+                    batches.next_perm[jnp.clip(q - n, 0, size - 1)])
+
+    def next_epoch(b):
         key, sub = jax.random.split(b.key)
-        return Batches(key, jax.random.permutation(sub, n).astype(jnp.int32), jnp.zeros_like(b.pos))
+        return Batches(key, b.next_perm, _permutation(sub, size, n), b.pos + batch_size - n)
 
-    batches = jax.lax.cond(batches.pos + batch_size > n, reshuffle, lambda b: b, batches)
-    idx = jax.lax.dynamic_slice(batches.perm, (batches.pos,), (batch_size,))
-    return idx, batches._replace(pos=batches.pos + batch_size)
+    batches = jax.lax.cond(batches.pos + batch_size >= n, next_epoch,
+                           lambda b: b._replace(pos=b.pos + batch_size), batches)
+    return idx, batches
 
 
 def gaussian_from_precision(eta1, prec):
@@ -100,11 +134,13 @@ def latent_marginals(Phi, ktilde, mean, chol_prec):
 
 
 class NaturalTarget(NamedTuple):
-    """``eta1_hat (k,)``, ``prec_hat = -2 eta2_hat (k, k)`` and the batch's ``alpha (b,)``."""
+    """``eta1_hat (k,)``, ``prec_hat = -2 eta2_hat (k, k)``, the batch's ``alpha (b,)`` and its
+    points' data terms of the collapsed ELBO under the current ``q`` (``terms (b,)``, unscaled)."""
 
     eta1: jnp.ndarray
     prec: jnp.ndarray
     alpha: jnp.ndarray
+    terms: jnp.ndarray
 
 
 def natural_target(Phi, ktilde, y, prior_prec, eta1, prec, scale, gamma) -> NaturalTarget:
@@ -115,7 +151,8 @@ def natural_target(Phi, ktilde, y, prior_prec, eta1, prec, scale, gamma) -> Natu
     root = jnp.sqrt(alpha)
     eta1_hat = scale * gamma * (Phi.T @ (y * (1.0 + 1.0 / root)))
     prec_hat = prior_prec + scale * gamma * (Phi.T * (1.0 / root)) @ Phi
-    return NaturalTarget(eta1_hat, 0.5 * (prec_hat + prec_hat.T), alpha)
+    terms = elbo_mod.collapsed_data_term(m, s, y, gamma)
+    return NaturalTarget(eta1_hat, 0.5 * (prec_hat + prec_hat.T), alpha, terms)
 
 
 def natural_gradient(target: NaturalTarget, eta1, prec):
@@ -129,61 +166,89 @@ def natural_gradient(target: NaturalTarget, eta1, prec):
     return d1, dP, jnp.concatenate([d1, -0.5 * dP.ravel()])
 
 
-class ElboWindow(NamedTuple):
-    """The last ``2 w`` full-data ELBO evaluations, for the stopping rule of stochastic VI.
+def period_points(n: int, batch_size: int, check_every: float) -> int:
+    """Stream positions per period of the stopping rule: ``check_every`` epochs, at least one
+    batch (so that a batch closes at most one period)."""
+    return max(int(batch_size), int(round(check_every * n)))
 
-    The ELBO of a stochastic run fluctuates with the minibatch noise of ``q`` (and of the
-    hyperparameters), so comparing two single evaluations stops too late or at random. The rule
-    compares the means of the last ``w`` evaluations and of the ``w`` before them:
-    ``delta = |mean_new - mean_old| / (1 + |mean_new|)``, available once ``2 w`` exist.
+
+class ElboEstimate(NamedTuple):
+    """The stopping rule's running estimate of the ELBO (module docstring).
 
     Attributes
     ----------
-    values : (2 w,)
-        Ring buffer of evaluations.
-    count : () int32
-        Evaluations so far.
+    acc, acc2 : ()
+        Sum and sum of squares of the data terms of the current period's points.
+    filled : () int32
+        Points of the current period so far.
+    last : ()
+        Estimate of the last closed period (NaN before the first).
+    last_var : ()
+        Its sampling variance.
     """
 
-    values: jnp.ndarray
-    count: jnp.ndarray
+    acc: jnp.ndarray
+    acc2: jnp.ndarray
+    filled: jnp.ndarray
+    last: jnp.ndarray
+    last_var: jnp.ndarray
 
-    nonfinite_ok = ("values",)  # empty slots are NaN (``loop`` checks the rest of the state)
-
-
-def window_init(width: int, first, dtype) -> ElboWindow:
-    """A window holding one evaluation (the ELBO at the initial ``q``)."""
-    values = jnp.full((2 * width,), jnp.nan, dtype).at[0].set(first)
-    return ElboWindow(values, jnp.ones((), jnp.int32))
+    nonfinite_ok = ("last",)  # NaN until a period closes (``loop`` checks the rest)
 
 
-def window_push(window: ElboWindow, value):
-    """Add an evaluation; returns the new window and ``delta`` (``inf`` while too few)."""
-    size = window.values.shape[0]
-    width = size // 2
-    values = window.values.at[window.count % size].set(value)
-    count = window.count + 1
-    newest = (count - 1 - jnp.arange(size)) % size  # most recent first
-    new = jnp.mean(values[newest[:width]])
-    old = jnp.mean(values[newest[width:]])
-    delta = jnp.where(count >= size, jnp.abs(new - old) / (1.0 + jnp.abs(new)), jnp.inf)
-    return ElboWindow(values, count), delta
+def estimate_init(dtype) -> ElboEstimate:
+    zero = jnp.zeros((), dtype)
+    return ElboEstimate(zero, zero, jnp.zeros((), jnp.int32), jnp.full((), jnp.nan, dtype), zero)
 
 
-def recorded(elbo, every: int) -> dict:
-    """The ELBO trace as recorded: values at the evaluated steps and their step numbers.
+def estimate_push(est: ElboEstimate, terms, kl, n, period):
+    """Add a batch's data ``terms (b,)``; returns ``(est, value, delta)``.
 
-    ``elbo`` is the per-step info array (NaN where the ELBO was not evaluated).
+    ``kl`` is a function of no arguments giving the KL term, evaluated only when the batch
+    closes a period; ``value`` is then the period's ELBO estimate and ``delta`` the stopping
+    statistic ``max(|value - last| - 2 sqrt(var + last_var), 0) / (1 + |value|)`` (``inf`` for
+    the first period); elsewhere ``value`` is NaN and ``delta`` ``inf``. ``n`` (the number of
+    points) and ``period`` (stream positions per period, at least the batch size) may be
+    traced.
     """
+    b = terms.shape[0]
+    inside = jnp.arange(b) < period - est.filled  # the batch's points in the current period
+    # in the terms' precision, so that the finite-population factor of a whole epoch is 0
+    # exactly (an int32 count divided in float32 is not)
+    n_f, period_f = jnp.asarray(n, terms.dtype), jnp.asarray(period, terms.dtype)
+    acc = est.acc + jnp.sum(jnp.where(inside, terms, 0.0))
+    acc2 = est.acc2 + jnp.sum(jnp.where(inside, terms**2, 0.0))
+
+    def close(_):
+        value = (n_f / period_f) * acc - kl()
+        spread = jnp.maximum(acc2 - acc**2 / period_f, 0.0) / jnp.maximum(period_f - 1.0, 1.0)
+        var = n_f * spread / period_f * jnp.maximum(n_f - period_f, 0.0)
+        change = jnp.abs(value - est.last) - 2.0 * jnp.sqrt(var + est.last_var)
+        delta = jnp.where(jnp.isfinite(est.last),
+                          jnp.maximum(change, 0.0) / (1.0 + jnp.abs(value)), jnp.inf)
+        rest = jnp.where(inside, 0.0, terms)
+        new = ElboEstimate(jnp.sum(rest), jnp.sum(rest**2), est.filled + b - period, value, var)
+        return new, value, delta
+
+    def keep(_):
+        new = est._replace(acc=acc, acc2=acc2, filled=est.filled + b)
+        return new, jnp.full((), jnp.nan, acc.dtype), jnp.full((), jnp.inf, acc.dtype)
+
+    return jax.lax.cond(est.filled + b >= period, close, keep, None)
+
+
+def recorded(elbo, name: str = "elbo") -> dict:
+    """A trace as recorded: the values at the steps where it was evaluated (the per-step info
+    array is NaN elsewhere) as ``name``, and those step numbers as ``name + "_step"``."""
     elbo = np.asarray(elbo)
     steps = np.flatnonzero(np.isfinite(elbo))
-    return {"elbo": elbo[steps], "elbo_step": steps + 1}
+    return {name: elbo[steps], f"{name}_step": steps + 1}
 
 
-def check_svi_options(n: int, batch_size, elbo_every, elbo_window, hyper_every=1):
+def check_svi_options(n: int, batch_size, check_every, elbo_every, hyper_every=1):
     """Validate the minibatch options against the data size (``ValueError`` naming the option).
 
-    Returns ``(batch_size, elbo_every, elbo_window, hyper_every)``.
+    Returns ``(batch_size, check_every, elbo_every, hyper_every)``; ``elbo_every`` may be None.
     """
     batch_size = positive_int("batch_size", batch_size)
     if batch_size > n:
@@ -193,7 +258,7 @@ def check_svi_options(n: int, batch_size, elbo_every, elbo_window, hyper_every=1
         )
     return (
         batch_size,
-        positive_int("elbo_every", elbo_every),
-        positive_int("elbo_window", elbo_window),
+        positive_float("check_every", check_every),
+        None if elbo_every is None else positive_int("elbo_every", elbo_every),
         positive_int("hyper_every", hyper_every),
     )

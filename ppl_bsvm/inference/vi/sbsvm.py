@@ -31,9 +31,15 @@ Implementation notes:
 - **Hyperparameters** (paper eq. 12): every ``hyper_every`` steps, one Adam step on the kernel's
   log-parameters (and the inducing locations with ``learn_inducing=True``) along ``jax.grad`` of
   the minibatch estimate of the collapsed ELBO.
-- **Stopping**: the full-data collapsed ELBO is evaluated every ``elbo_every`` steps (the trace);
-  the run stops when the mean of the last ``elbo_window`` evaluations differs from the mean of
-  the ``elbo_window`` before by less than ``tol`` (relative; ``_svi.ElboWindow``).
+- **Stopping in epochs** (``_svi.ElboEstimate``): the data terms of each minibatch, which the
+  step computes anyway, summed over a period of ``check_every`` epochs and minus the KL give an
+  estimate of the ELBO per period (the trace ``elbo``) without a pass over the data; the run
+  stops when two consecutive estimates differ by less than ``tol`` (relative), beyond twice
+  their sampling error: after two epochs at the earliest. ``elbo_every=k`` also records the
+  exact full-data ELBO every ``k`` steps (trace ``elbo_exact``; ``O(n m^2)`` each).
+- **Padding**: the training arrays are padded with zero rows to :func:`bucket_size` rows, never
+  drawn into a batch and masked out of every sum, so that data sets of nearby sizes (the
+  folds of a cross-validation) share the compiled programs.
 
 With ``Z`` = the training inputs, full batches and ``rho = 1`` the iteration is B-BSVM's
 coordinate ascent (``bbsvm.py``), which the tests check.
@@ -57,6 +63,7 @@ from ...data import Problem, check_X
 from ...kernels import DEFAULT_JITTER, Kernel
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
+from ..._shapes import CHUNK, bucket_size, pad_rows, padded_size
 from .._common import check_gamma, gaussian_idata
 from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
 from ..latent import Latent
@@ -65,22 +72,22 @@ from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
     Batches,
-    ElboWindow,
+    ElboEstimate,
     batches_init,
     check_svi_options,
+    estimate_init,
+    estimate_push,
     gaussian_from_precision,
     latent_marginals,
     natural_gradient,
     natural_target,
     next_batch,
+    period_points,
     recorded,
-    window_init,
-    window_push,
 )
 from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
 
 __all__ = [
-    "CHUNK",
     "STORE_F_MAX_N",
     "SBSVMData",
     "SBSVMState",
@@ -91,9 +98,6 @@ __all__ = [
     "full_elbo",
 ]
 
-CHUNK = 4096
-"""Rows per chunk when a pass over all the data is needed (ELBO, marginals, predictions)."""
-
 STORE_F_MAX_N = 5000
 """``store_f=None`` stores draws of ``f`` at the training inputs when ``n`` is at most this."""
 
@@ -103,20 +107,28 @@ class SBSVMData(NamedTuple):
 
     Attributes
     ----------
-    X : (n, d)
-    y : (n,)
+    X : (N, d)
+        The ``n`` training inputs, then ``N - n`` zero rows of padding.
+    y : (N,)
+        Their labels (0 on the padding).
+    n : () int32
+        Number of training points.
     gamma : ()
     jitter : ()
         Relative jitter of ``Kmm``.
     scale : ()
         ``n / |S|``.
+    period : () int32
+        Stream positions per period of the stopping rule (``check_every`` epochs).
     """
 
     X: jnp.ndarray
     y: jnp.ndarray
+    n: jnp.ndarray
     gamma: jnp.ndarray
     jitter: jnp.ndarray
     scale: jnp.ndarray
+    period: jnp.ndarray
 
 
 class SBSVMState(NamedTuple):
@@ -139,8 +151,8 @@ class SBSVMState(NamedTuple):
     rate : learning-rate state
     batches : Batches
     count : () int32
-    window : ElboWindow
-        The last full-data ELBO evaluations (the stopping rule).
+    estimate : ElboEstimate
+        The stopping rule's running estimate of the ELBO.
     """
 
     eta1: jnp.ndarray
@@ -152,18 +164,20 @@ class SBSVMState(NamedTuple):
     rate: object
     batches: Batches
     count: jnp.ndarray
-    window: ElboWindow
+    estimate: ElboEstimate
 
 
 class SBSVMInfo(NamedTuple):
-    """Per-step record: ``elbo`` (NaN where not evaluated), ``delta`` (relative change of the
-    ELBO's mean over ``elbo_window`` evaluations, see ``_svi.ElboWindow``; ``inf`` elsewhere),
-    ``rho`` (learning rate), ``hyper`` (constrained kernel hyperparameters)."""
+    """Per-step record: ``elbo`` (the ELBO estimate of the period a step closes, NaN
+    elsewhere), ``delta`` (the stopping statistic, ``_svi.estimate_push``; ``inf`` where no
+    period closes), ``rho`` (learning rate), ``hyper`` (constrained kernel hyperparameters) and
+    ``elbo_exact`` (the full-data ELBO every ``elbo_every`` steps, NaN elsewhere)."""
 
     elbo: jnp.ndarray
     delta: jnp.ndarray
     rho: jnp.ndarray
     hyper: dict
+    elbo_exact: jnp.ndarray
 
 
 class Config(NamedTuple):
@@ -176,12 +190,11 @@ class Config(NamedTuple):
     kernel: Kernel
     rate: object
     batch_size: int
-    elbo_every: int
+    elbo_every: int | None = None
     learn: bool = False
     hyper_lr: object = None
     hyper_every: int = 10
     learn_inducing: bool = False
-    elbo_window: int = 5
 
 
 def _chol_Kmm(kernel, params, Z, jitter):
@@ -224,15 +237,15 @@ def _chunks(n: int, chunk: int):
     return -(-n // size), size
 
 
-def _chunk_rows(X, y, i, size):
-    """Chunk ``i``: rows ``[start, start + size)`` with ``start = min(i size, n - size)`` (the last
-    chunk overlaps its predecessor instead of being padded) and the mask of rows it owns."""
-    n = X.shape[0]
-    start = jnp.minimum(i * size, n - size)
+def _chunk_rows(X, y, i, size, n):
+    """Chunk ``i``: rows ``[start, start + size)`` with ``start = min(i size, N - size)`` (the last
+    chunk overlaps its predecessor instead of being padded) and the mask of the rows it owns
+    among the first ``n`` (the rest is padding)."""
+    start = jnp.minimum(i * size, X.shape[0] - size)
     Xc = jax.lax.dynamic_slice_in_dim(X, start, size)
     yc = jax.lax.dynamic_slice_in_dim(y, start, size)
-    own = start + jnp.arange(size) >= i * size
-    return Xc, yc, own
+    rows = start + jnp.arange(size)
+    return Xc, yc, (rows >= i * size) & (rows < n)
 
 
 def full_elbo(kernel, params, Z, chol_Kmm, eta1, prec, data: SBSVMData, chunk: int = CHUNK):
@@ -241,7 +254,7 @@ def full_elbo(kernel, params, Z, chol_Kmm, eta1, prec, data: SBSVMData, chunk: i
     n_chunks, size = _chunks(data.X.shape[0], chunk)
 
     def body(i, acc):
-        Xc, yc, own = _chunk_rows(data.X, data.y, i, size)
+        Xc, yc, own = _chunk_rows(data.X, data.y, i, size, data.n)
         proj = _project(kernel, params, Z, chol_Kmm, Xc)
         m, s = latent_marginals(proj.kappa, proj.ktilde, mean, chol_P)
         terms = elbo_mod.collapsed_data_term(m, s, yc, data.gamma)
@@ -264,11 +277,10 @@ def _hyper_objective(hp, config: Config, Z_fixed, data: SBSVMData, idx, mean, ch
 def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
     proj = _project(config.kernel, state.params, state.Z, state.chol_Kmm, data.X[idx])
     m = state.eta1.shape[0]
-    target = natural_target(
+    return natural_target(
         proj.kappa, proj.ktilde, data.y[idx], jnp.eye(m, dtype=state.eta1.dtype),
         state.eta1, state.prec, data.scale, data.gamma,
     )
-    return natural_gradient(target, state.eta1, state.prec)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -278,20 +290,19 @@ def _init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
     chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
     eta1, prec = jnp.zeros(m, dtype), jnp.eye(m, dtype=dtype)
     opt = adam_init((params, Z) if config.learn_inducing else params)
-    state = SBSVMState(eta1, prec, params, Z, chol, opt, None, batches_init(key, data.X.shape[0]),
-                       jnp.zeros((), jnp.int32), None)
+    state = SBSVMState(eta1, prec, params, Z, chol, opt, None,
+                       batches_init(key, data.X.shape[0], data.n), jnp.zeros((), jnp.int32),
+                       estimate_init(dtype))
     grads = []
     for _ in range(config.rate.num_init):
-        idx, batches = next_batch(state.batches, config.batch_size)
+        idx, batches = next_batch(state.batches, config.batch_size, data.n)
         state = state._replace(batches=batches)
-        grads.append(_target(config, state, data, idx)[2])
-    rate = config.rate.init(jnp.stack(grads) if grads else None)
-    value = full_elbo(config.kernel, params, Z, chol, eta1, prec, data)
-    return state._replace(rate=rate, window=window_init(config.elbo_window, value, dtype))
+        grads.append(natural_gradient(_target(config, state, data, idx), eta1, prec)[2])
+    return state._replace(rate=config.rate.init(jnp.stack(grads) if grads else None))
 
 
 def init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
-    """``q(v) = N(0, I)`` (the prior), sampler and learning-rate state, ELBO at the prior."""
+    """``q(v) = N(0, I)`` (the prior), sampler, learning-rate and stopping-rule state."""
     return _init(key, params, jnp.asarray(Z, data.X.dtype), data, config)
 
 
@@ -310,8 +321,9 @@ def make_step(config: Config):
         return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
 
     def step(state: SBSVMState, data: SBSVMData):
-        idx, batches = next_batch(state.batches, config.batch_size)
-        d1, dP, g = _target(config, state, data, idx)
+        idx, batches = next_batch(state.batches, config.batch_size, data.n)
+        target = _target(config, state, data, idx)
+        d1, dP, g = natural_gradient(target, state.eta1, state.prec)
         rho, rate = config.rate.update(g, state.rate, state.count)
         count = state.count + 1
         state = state._replace(
@@ -321,19 +333,23 @@ def make_step(config: Config):
         if config.learn:
             state = jax.lax.cond(count % config.hyper_every == 0, hyper_step,
                                  lambda s, d, i: s, state, data, idx)
-        evaluate = count % config.elbo_every == 0
-        value = jax.lax.cond(
-            evaluate,
-            lambda s: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec, data),
-            lambda s: jnp.full((), jnp.nan, s.eta1.dtype),
-            state,
-        )
-        window, delta = jax.lax.cond(
-            evaluate, window_push, lambda w, v: (w, jnp.full((), jnp.inf, v.dtype)),
-            state.window, value,
-        )
-        state = state._replace(window=window)
-        return state, SBSVMInfo(value, delta, rho, kernel.constrain(state.params))
+
+        def kl():
+            return _kl_whitened(*gaussian_from_precision(state.eta1, state.prec))
+
+        estimate, value, delta = estimate_push(state.estimate, target.terms, kl, data.n,
+                                               data.period)
+        state = state._replace(estimate=estimate)
+        if config.elbo_every is None:
+            exact = jnp.full((), jnp.nan, value.dtype)
+        else:
+            exact = jax.lax.cond(
+                count % config.elbo_every == 0,
+                lambda s: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec, data),
+                lambda s: jnp.full((), jnp.nan, s.eta1.dtype),
+                state,
+            )
+        return state, SBSVMInfo(value, delta, rho, kernel.constrain(state.params), exact)
 
     return step
 
@@ -366,6 +382,43 @@ def _f_draws_chunk(kernel, post: _Posterior, Xc, v_draws, key):
     proj = _project(kernel, post.params, post.Z, post.chol_Kmm, Xc)
     eps = jax.random.normal(key, (v_draws.shape[0], Xc.shape[0]), dtype=Xc.dtype)
     return v_draws @ proj.kappa.T + jnp.sqrt(proj.ktilde) * eps
+
+
+class _FinalQ(NamedTuple):
+    """``q(v)`` at the end of a run, ``q(u) = L q(v)`` and draws of both."""
+
+    mean_v: jnp.ndarray  # (m,)
+    chol_P: jnp.ndarray  # (m, m) Cholesky factor of q(v)'s precision P
+    kl: jnp.ndarray  # () KL(q(v) || N(0, I))
+    u_mean: jnp.ndarray  # (m,) L m_v
+    u_cov: jnp.ndarray  # (m, m)
+    v_draws: jnp.ndarray  # (num_draws, m)
+    u_draws: jnp.ndarray  # (num_draws, m)
+
+
+@functools.partial(jax.jit, static_argnames=("num_draws",))
+def _final_q(st: SBSVMState, key, num_draws: int) -> _FinalQ:
+    """q(u) = L q(v): ``u_mean = L m_v``, ``u_cov = (L P_L^{-T})(L P_L^{-T})^T``, ``P = P_L P_L^T``."""
+    mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
+    m = mean_v.shape[0]
+    cov_factor_v = solve_triangular(chol_P, jnp.eye(m, dtype=mean_v.dtype), lower=True).T
+    cov_factor_u = st.chol_Kmm @ cov_factor_v
+    v_draws = mean_v + jax.random.normal(key, (num_draws, m), dtype=mean_v.dtype) @ cov_factor_v.T
+    return _FinalQ(mean_v, chol_P, _kl_whitened(mean_v, chol_P), st.chol_Kmm @ mean_v,
+                   cov_factor_u @ cov_factor_u.T, v_draws, v_draws @ st.chol_Kmm.T)
+
+
+def _f_draws(kernel, post: _Posterior, X, v_draws, key) -> np.ndarray:
+    """Draws ``(S, n)`` of ``f`` at the rows of ``X``: ``psi_i v_s + sqrt(ktilde_i) e``, by
+    chunks of ``CHUNK`` rows padded like the predictions' (``_shapes.padded_size``)."""
+    n = X.shape[0]
+    keys = jax.random.split(key, -(-n // CHUNK))
+    parts = []
+    for i, start in enumerate(range(0, n, CHUNK)):
+        rows = min(CHUNK, n - start)
+        chunk = pad_rows(np.asarray(X[start:start + rows]), padded_size(rows))
+        parts.append(np.asarray(_f_draws_chunk(kernel, post, chunk, v_draws, keys[i]))[:, :rows])
+    return np.concatenate(parts, axis=1)
 
 
 def latent(kernel, post: _Posterior, X):
@@ -401,8 +454,8 @@ def _sbsvm(
     hyper_every: int = 10,
     max_iter: int = 20000,
     tol: float = 1e-4,
-    elbo_every: int = 100,
-    elbo_window: int = 5,
+    check_every: float = 1.0,
+    elbo_every: int | None = None,
     jitter: float = DEFAULT_JITTER,
     num_draws: int = 1000,
     store_f: bool | None = None,
@@ -440,12 +493,14 @@ def _sbsvm(
     max_iter : int, default=20000
         Minibatch steps at most.
     tol : float, default=1e-4
-        Stop when the mean of the last ``elbo_window`` full-data ELBO evaluations differs from
-        the mean of the ``elbo_window`` before by less than this (relative).
-    elbo_every : int, default=100
-        Evaluate the full-data ELBO every this many steps (``O(n m^2)``, in chunks).
-    elbo_window : int, default=5
-        Evaluations averaged by the stopping rule (see ``_svi.ElboWindow``).
+        Stop when two consecutive periods' ELBO estimates differ by less than this (relative,
+        beyond twice their sampling error; see the module docstring).
+    check_every : float, default=1.0
+        Length of a period of the stopping rule, in epochs (at least one minibatch); one epoch
+        gives estimates free of sampling noise.
+    elbo_every : int, optional
+        Also evaluate the exact full-data ELBO every this many steps (``O(n m^2)``, in
+        chunks), recorded as ``trace["elbo_exact"]``: a diagnostic, not used for stopping.
     jitter : float, default=1e-6
         Relative jitter of ``Kmm``.
     num_draws : int, default=1000
@@ -468,8 +523,8 @@ def _sbsvm(
         raise ValueError("learn_inducing=True needs learn_hyperparameters=True")
     rate = schedules.as_rate(learning_rate)
     batch_size = min(100, n) if batch_size is None else batch_size
-    batch_size, elbo_every, elbo_window, _ = check_svi_options(n, batch_size, elbo_every,
-                                                               elbo_window)
+    batch_size, check_every, elbo_every, _ = check_svi_options(n, batch_size, check_every,
+                                                               elbo_every)
     positive_int("max_iter", max_iter)
     positive_float("tol", tol)
     positive_int("num_draws", num_draws)
@@ -507,12 +562,15 @@ def _sbsvm(
         Z = inducing
     t_inducing = time.perf_counter() - t0
     X = jnp.asarray(problem.X, dtype=jnp.float64)
+    rows = bucket_size(n)
     data = SBSVMData(
-        X, jnp.asarray(problem.y, dtype=jnp.float64), jnp.asarray(gamma), jnp.asarray(jitter),
+        pad_rows(X, rows), pad_rows(jnp.asarray(problem.y, dtype=jnp.float64), rows),
+        jnp.asarray(n, jnp.int32), jnp.asarray(gamma), jnp.asarray(jitter),
         jnp.asarray(n / batch_size),
+        jnp.asarray(period_points(n, batch_size, check_every), jnp.int32),
     )
     config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, hyper_every,
-                    bool(learn_inducing), elbo_window)
+                    bool(learn_inducing))
     if previous is None:
         params = kernel.init_params(problem.X)
         _check_Kmm(kernel, params, Z, jitter)
@@ -522,23 +580,15 @@ def _sbsvm(
     result = run(make_step(config), state, data, max_iter=max_iter, tol=tol,
                  converged=_converged, resume=previous)
     st = result.state
-    mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
-    post = _Posterior(st.params, st.Z, st.chol_Kmm, mean_v, chol_P)
-    value = full_elbo(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data)
+    q = _final_q(st, k_u, num_draws)
+    post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
     f_mean, f_var = latent(kernel, post, X)
+    terms = elbo_mod.collapsed_data_term(f_mean, f_var, problem.y, gamma)
+    value = float(np.sum(np.asarray(terms)) - q.kl)
     alpha = np.asarray(elbo_mod.optimal_alpha(f_mean, f_var, problem.y))
-    # q(u) = L q(v): u_mean = L m_v, u_cov = (L P_L^{-T})(L P_L^{-T})^T with P = P_L P_L^T.
-    eye = jnp.eye(m, dtype=X.dtype)
-    cov_factor_v = solve_triangular(chol_P, eye, lower=True).T
-    cov_factor_u = st.chol_Kmm @ cov_factor_v
-    v_draws = mean_v + jax.random.normal(k_u, (num_draws, m), dtype=X.dtype) @ cov_factor_v.T
-    u_draws = v_draws @ st.chol_Kmm.T
-    posterior = {"u": np.asarray(u_draws)[None]}
+    posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:
-        keys = jax.random.split(k_f, -(-n // CHUNK))
-        f = [np.asarray(_f_draws_chunk(kernel, post, X[s:s + CHUNK], v_draws, keys[i]))
-             for i, s in enumerate(range(0, n, CHUNK))]
-        posterior["f"] = np.concatenate(f, axis=1)[None]
+        posterior["f"] = _f_draws(kernel, post, X, q.v_draws, k_f)[None]
     elapsed = time.perf_counter() - t0
 
     idata = gaussian_idata(
@@ -546,8 +596,8 @@ def _sbsvm(
         problem=problem,
         coords={"inducing": np.arange(m), "input_dim": np.arange(d)},
         approximation={
-            "u_mean": np.asarray(st.chol_Kmm @ mean_v),
-            "u_cov": np.asarray(cov_factor_u @ cov_factor_u.T),
+            "u_mean": np.asarray(q.u_mean),
+            "u_cov": np.asarray(q.u_cov),
             "Z": np.asarray(st.Z),
             "f_mean": f_mean,
             "f_var": f_var,
@@ -558,7 +608,8 @@ def _sbsvm(
                "f_stored": int(store_f)},
     )
     trace = {
-        **recorded(result.infos.elbo, elbo_every),
+        **recorded(result.infos.elbo),
+        **(recorded(result.infos.elbo_exact, "elbo_exact") if elbo_every else {}),
         "rho": result.infos.rho,
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }

@@ -1,0 +1,241 @@
+"""What every call does around the numerics: threads, compiled programs, progress, warnings."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import ppl_bsvm
+from ppl_bsvm import _progress, _runtime, kernels
+from ppl_bsvm.exceptions import ConvergenceWarning
+
+
+def _blas_threads():
+    return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info()
+            if lib["user_api"] == "blas"}
+
+
+@_runtime.entry_point
+def _threads_inside():
+    return _blas_threads()
+
+
+def test_entry_points_use_one_blas_thread_and_restore_the_callers():
+    import scipy.linalg  # noqa: F401  (scipy's OpenBLAS is the one JAX's LAPACK calls use)
+
+    with threadpool_limits(2, user_api="blas"):
+        assert set(_threads_inside().values()) == {1}
+        assert set(_blas_threads().values()) == {2}
+        previous = ppl_bsvm.set_num_threads(2)
+        try:
+            assert set(_threads_inside().values()) == {2}
+        finally:
+            ppl_bsvm.set_num_threads(previous)
+        assert set(_blas_threads().values()) == {2}
+
+
+def test_a_fit_leaves_the_callers_thread_counts_alone(toy2d):
+    X, y = toy2d
+    with threadpool_limits(2, user_api="blas"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10)
+        assert set(_blas_threads().values()) == {2}
+
+
+def test_the_automatic_rule_and_set_num_threads():
+    assert ppl_bsvm.get_num_threads() == 1
+    assert ppl_bsvm.get_num_threads(size=100) == 1
+    assert ppl_bsvm.get_num_threads(size=_runtime.PARALLEL_MIN_SIZE) == _runtime.available_cores()
+    previous = ppl_bsvm.set_num_threads(3)
+    try:
+        assert ppl_bsvm.get_num_threads() == 3 == ppl_bsvm.get_num_threads(size=10**5)
+    finally:
+        assert ppl_bsvm.set_num_threads(previous) == 3
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="n must be a positive integer or None"):
+            ppl_bsvm.set_num_threads(bad)
+
+
+def _python(code: str, **env) -> str:
+    """Run ``code`` in a fresh interpreter (its last printed line is JSON) and return it."""
+    environment = {**os.environ, **env}
+    environment.pop("JAX_COMPILATION_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_CACHE_PROBE = """
+import json, jax
+{before}
+import ppl_bsvm
+print(json.dumps([jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size]))
+"""
+
+
+def test_compilation_cache_directory_settings(tmp_path):
+    path = str(tmp_path / "cache")
+    where, size = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=path)
+    assert where == path and size == _runtime.CACHE_MAX_BYTES and os.path.isdir(path)
+    assert _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="off")[0] is None
+    mine = str(tmp_path / "mine")  # a directory the user configured in JAX is left alone
+    before = f"jax.config.update('jax_compilation_cache_dir', {mine!r})"
+    assert _python(_CACHE_PROBE.format(before=before), PPL_BSVM_CACHE_DIR=path)[0] == mine
+    home = str(tmp_path / "home")
+    where, _ = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="",
+                       XDG_CACHE_HOME=home)
+    assert where is None  # an empty value turns it off too
+    env = {k: v for k, v in os.environ.items() if k != "PPL_BSVM_CACHE_DIR"}
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE.format(before="")],
+                         env={**env, "XDG_CACHE_HOME": home}, capture_output=True, text=True,
+                         timeout=600)
+    assert json.loads(out.stdout.strip().splitlines()[-1])[0] == os.path.join(home, "ppl_bsvm",
+                                                                              "jax")
+
+
+_SECOND_PROCESS = """
+import json, jax, jax.monitoring, numpy as np
+import ppl_bsvm
+hits = []
+jax.monitoring.register_event_listener(
+    lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
+r = np.random.default_rng(0)
+X = r.standard_normal((40, 2)); y = np.where(X[:, 0] > 0, 1.0, -1.0)
+ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10).predict_proba(X)
+print(json.dumps(len(hits)))
+"""
+
+
+def test_a_new_process_loads_the_programs_an_earlier_one_compiled(tmp_path):
+    path = str(tmp_path / "cache")
+    assert _python(_SECOND_PROCESS, PPL_BSVM_CACHE_DIR=path) == 0  # empty cache: compiled
+    assert len(os.listdir(path)) > 0
+    assert _python(_SECOND_PROCESS, PPL_BSVM_CACHE_DIR=path) > 0  # warm: loaded
+
+
+@contextlib.contextmanager
+def _compilations():
+    """Count XLA compilations inside the block."""
+    count = [0]
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            count[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _problem(n, seed=0):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, 3))
+    return X, np.where(X[:, 0] - X[:, 1] + 0.5 * r.standard_normal(n) > 0, 1.0, -1.0)
+
+
+@pytest.mark.parametrize("model, method, options", [
+    ("gp", "ecm", {}),
+    ("gp", "vi", {}),
+    ("gp", "svi", {"num_inducing": 20}),
+    ("linear", "svi", {}),
+    ("linear", "vi", {}),
+    ("gp", "gpc", {}),
+    ("gp", "gibbs", {"num_samples": 50, "num_warmup": 50, "num_chains": 2}),
+    ("linear", "nuts", {"num_samples": 50, "num_warmup": 50, "num_chains": 2}),
+])
+def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, method, options):
+    X1, y1 = _problem(60, seed=1)
+    X2, y2 = _problem(60, seed=2)
+    kernel = {} if model == "linear" else {"kernel": kernels.RBF(lengthscale=1.5)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short chains: R-hat
+        first = ppl_bsvm.fit(X1, y1, model=model, method=method, **kernel, **options)
+        first.predict_proba(X1[:7])
+        with _compilations() as count:
+            again = ppl_bsvm.fit(X2, y2, model=model, method=method, seed=3, **kernel, **options)
+            again.predict_proba(X2[:5])  # another test size in the same bucket (8 rows)
+    assert count[0] == 0
+
+
+def test_samplers_reuse_their_program_for_other_chain_lengths():
+    X, y = _problem(40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=30, num_warmup=20,
+                     num_chains=2)
+        with _compilations() as count:
+            fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=70,
+                               num_warmup=20, num_chains=2)
+    assert count[0] == 0 and fit.posterior["beta"].shape == (2, 70, 4)
+
+
+def test_sbsvm_folds_of_nearby_sizes_share_their_programs():
+    X, y = _problem(250)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppl_bsvm.fit(X[:243], y[:243], model="gp", method="svi", num_inducing=20, max_iter=30)
+        with _compilations() as count:
+            ppl_bsvm.fit(X[:244], y[:244], model="gp", method="svi", num_inducing=20,
+                         max_iter=30)
+    assert count[0] == 0
+
+
+def test_predictions_do_not_depend_on_the_padding_of_test_sets():
+    X, y = _problem(80)
+    fit = ppl_bsvm.fit(X, y, model="gp", method="vi", num_draws=10)
+    whole = fit.predict_latent(X)
+    for size in (1, 7, 9, 33):
+        for part, full in zip(fit.predict_latent(X[:size]), whole):
+            np.testing.assert_allclose(part, full[:size], rtol=1e-12, atol=1e-14)
+
+
+def test_iteration_cap_warns_and_names_the_option(toy2d):
+    X, y = toy2d
+    with pytest.warns(ConvergenceWarning, match=r"method='ecm' \(model='gp'\) stopped at "
+                                                r"max_iter=3 .*Raise max_iter"):
+        fit = ppl_bsvm.fit(X, y, model="gp", method="ecm", max_iter=3, num_draws=10)
+    assert fit.stop_reason == "max_iter"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10).stop_reason == "tol"
+
+
+def _run_with_progress(monkeypatch, progress_bar, **env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(_progress, "DELAY", 0.0)
+    X, y = _problem(60)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10, progress_bar=progress_bar)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=20, num_warmup=20,
+                         num_chains=2, progress_bar=progress_bar)
+    return stderr.getvalue()
+
+
+def test_progress_bars_are_shown_when_asked(monkeypatch):
+    shown = _run_with_progress(monkeypatch, True)
+    assert "gp/ecm" in shown and "linear/gibbs" in shown
+
+
+@pytest.mark.parametrize("progress_bar, env", [(False, {}), (None, {"CI": "true"})])
+def test_no_progress_bar_when_turned_off_or_nobody_watches(monkeypatch, progress_bar, env):
+    assert _run_with_progress(monkeypatch, progress_bar, **env) == ""
+
+
+def test_progress_bar_option_is_checked(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match="progress_bar must be True or False"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", progress_bar="yes")

@@ -4,12 +4,16 @@ Site names and dims are shared by all engines so that ArviZ objects line up:
 ``beta`` (feature), ``f`` (obs), ``u`` (inducing), ``lam`` (obs), ``f_test`` (test).
 Draws always have the sample dims ``(chain, draw)``; variational fits store i.i.d. draws from q
 with a single chain, and their q parameters in a group of their own (``variational``).
+
+The tree is built with xarray alone, in the layout ``arviz.from_dict`` gives (``chain`` and
+``draw`` coordinates, a ``sample_dims`` attribute per group), so that a fit neither imports
+ArviZ (a second of start-up) nor pays its conversions; ArviZ reads it as its own.
 """
 
 from __future__ import annotations
 
-import numpyro  # noqa: F401  (must be imported before arviz, see stack notes 3.1)
-import arviz as az
+import datetime
+
 import numpy as np
 import xarray as xr
 
@@ -36,6 +40,35 @@ def _dataset(values: dict, dims: dict[str, list[str]], coords: dict) -> xr.Datas
         data_vars[name] = (tuple(var_dims), arr)
     used = {d for _, (ds, _) in data_vars.items() for d in ds}
     return xr.Dataset(data_vars, coords={k: v for k, v in coords.items() if k in used})
+
+
+def _creation_attrs(sample_dims) -> dict:
+    from . import __version__
+
+    return {
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "creation_library": "ppl_bsvm",
+        "creation_library_version": __version__,
+        "creation_library_language": "Python",
+        "sample_dims": list(sample_dims),
+    }
+
+
+def _sampled_dataset(values: dict, dims: dict, coords: dict, keep: set, sample: bool):
+    """A group of draws ``(chain, draw, *event)`` (or, ``sample=False``, of plain arrays) with
+    ArviZ's coordinates and attributes."""
+    lead = ("chain", "draw") if sample else ()
+    data_vars, used = {}, set(lead)
+    for name, value in values.items():
+        var_dims = (*lead, *dims.get(name, []))
+        data_vars[name] = (var_dims, value)
+        used.update(var_dims)
+    first = next(iter(values.values()), None)
+    base = {}
+    if sample and first is not None:
+        base = {"chain": np.arange(first.shape[0]), "draw": np.arange(first.shape[1])}
+    extra = {k: np.asarray(v) for k, v in coords.items() if k in used and k in keep}
+    return xr.Dataset(data_vars, coords={**base, **extra}, attrs=_creation_attrs(lead))
 
 
 def make_idata(
@@ -80,11 +113,11 @@ def make_idata(
         for axis, dim in enumerate(all_dims.get(name, []), start=2):
             if dim not in coords:
                 coords[dim] = np.arange(value.shape[axis])
-    dt = az.from_dict(
-        tree,
-        coords={k: v for k, v in coords.items() if k in used_dims | {"obs"}},
-        dims={k: v for k, v in all_dims.items() if k in tree["posterior"] or k == "y"},
-    )
+    keep = used_dims | {"obs"}
+    dt = xr.DataTree()
+    for group, values in tree.items():
+        sample = group != "observed_data"
+        dt[group] = xr.DataTree(_sampled_dataset(values, all_dims, coords, keep, sample))
     for group, values in (groups or {}).items():
         dt[group] = xr.DataTree(_dataset(values, all_dims, coords))
     if attrs:

@@ -70,7 +70,7 @@ CACHE_MAX_BYTES = 1 << 30
 """Bound of the persistent compilation cache (1 GiB) unless ``jax_compilation_cache_max_size``
 is set; the least recently used programs are evicted beyond it."""
 
-CACHE_MIN_COMPILE_SECONDS = 0.05
+CACHE_MIN_COMPILE_SECONDS = 0.0
 """Programs compiling faster than this are not written to the persistent cache (JAX's own
 default of 1 s would skip most of this library's programs, which compile in 0.1-1 s each)."""
 

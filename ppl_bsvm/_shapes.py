@@ -53,13 +53,18 @@ def pad_rows(a, size: int, axis: int = 0):
     return jnp.pad(a, widths)
 
 
-def padded_call(fn, *arrays):
-    """``fn(*arrays)`` on the arrays zero-padded along their last axis to :func:`padded_size`,
-    the outputs (a tuple or one array) trimmed back, as numpy float64."""
-    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+def padded_call(fn, *arrays, **kwargs):
+    """``fn(*arrays, **kwargs)`` on the arrays zero-padded along their last axis to
+    :func:`padded_size` (``kwargs`` as they are), the outputs (a tuple or one array) trimmed
+    back, as numpy float64."""
+    arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in arrays))
+    shape = arrays[0].shape
+    arrays = [a.reshape(-1) if a.ndim == 0 else a for a in arrays]
     n = arrays[0].shape[-1]
     size = padded_size(n)
-    out = fn(*(pad_rows(a, size, axis=-1) for a in arrays))
-    if isinstance(out, tuple):
-        return tuple(np.asarray(o, dtype=np.float64)[..., :n] for o in out)
-    return np.asarray(out, dtype=np.float64)[..., :n]
+    out = fn(*(pad_rows(a, size, axis=-1) for a in arrays), **kwargs)
+
+    def trim(o):
+        return np.asarray(o, dtype=np.float64)[..., :n].reshape(shape)
+
+    return tuple(trim(o) for o in out) if isinstance(out, tuple) else trim(out)

@@ -21,8 +21,10 @@ of nearly singular matrices (broad RBF kernels) succeed; engines record the valu
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -159,8 +161,8 @@ class _Stationary(Kernel):
             elif ell.size != d:
                 raise ValueError(f"lengthscale has {ell.size} entries but X has {d} features")
         return {
-            "log_lengthscale": jnp.log(jnp.asarray(ell, dtype=float)),
-            "log_variance": jnp.log(jnp.asarray(self.variance, dtype=float)),
+            "log_lengthscale": np.log(np.asarray(ell, dtype=np.float64)),
+            "log_variance": np.log(np.asarray(self.variance, dtype=np.float64)),
         }
 
     def constrain(self, params: Params) -> dict[str, Any]:
@@ -244,7 +246,7 @@ class Linear(Kernel):
         _positive("variance", self.variance)
 
     def init_params(self, X=None) -> Params:
-        return {"log_variance": jnp.log(jnp.asarray(self.variance, dtype=float))}
+        return {"log_variance": np.log(np.asarray(self.variance, dtype=np.float64))}
 
     def constrain(self, params):
         return {"variance": jnp.exp(params["log_variance"])}
@@ -286,8 +288,8 @@ class Polynomial(Kernel):
 
     def init_params(self, X=None) -> Params:
         return {
-            "log_scale": jnp.log(jnp.asarray(self.scale, dtype=float)),
-            "log_offset": jnp.log(jnp.asarray(self.offset, dtype=float)),
+            "log_scale": np.log(np.asarray(self.scale, dtype=np.float64)),
+            "log_offset": np.log(np.asarray(self.offset, dtype=np.float64)),
         }
 
     def constrain(self, params):
@@ -324,8 +326,8 @@ class Sigmoid(Kernel):
 
     def init_params(self, X=None) -> Params:
         return {
-            "log_scale": jnp.log(jnp.asarray(self.scale, dtype=float)),
-            "offset": jnp.asarray(self.offset, dtype=float),
+            "log_scale": np.log(np.asarray(self.scale, dtype=np.float64)),
+            "offset": np.asarray(self.offset, dtype=np.float64),
         }
 
     def constrain(self, params):
@@ -349,7 +351,7 @@ class Constant(Kernel):
         _positive("value", self.value)
 
     def init_params(self, X=None) -> Params:
-        return {"log_value": jnp.log(jnp.asarray(self.value, dtype=float))}
+        return {"log_value": np.log(np.asarray(self.value, dtype=np.float64))}
 
     def constrain(self, params):
         return {"value": jnp.exp(params["log_value"])}
@@ -426,11 +428,13 @@ def get_kernel(kernel: str | Kernel) -> Kernel:
     raise ValueError(f"kernel must be a name or a ppl_bsvm.kernels.Kernel, got {type(kernel)}")
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def gram(kernel: Kernel, params: Params, X, jitter: float = DEFAULT_JITTER):
     """Training covariance ``K(X, X) + jitter * mean(diag K) * I``.
 
     The relative jitter keeps Cholesky factorisations of nearly singular matrices (broad RBF
-    kernels, duplicated inputs) stable; it is reported by every engine that uses it.
+    kernels, duplicated inputs) stable; it is reported by every engine that uses it. Compiled
+    once per kernel and shape (``jitter`` is traced).
     """
     K = kernel.K(params, X, X)
     scale = jnp.mean(kernel.diag(params, X))

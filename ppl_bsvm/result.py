@@ -194,8 +194,11 @@ class Fit:
         """Kernel hyperparameters on their natural scale (empty for kernel-free models)."""
         if self.kernel is None or self.kernel_params is None:
             return {}
-        constrained = self.kernel.constrain(self.kernel_params)
-        return {k: np.asarray(v, dtype=np.float64) for k, v in constrained.items()}
+        import jax
+
+        with jax.enable_x64(True):  # float64 whatever the session's setting
+            constrained = self.kernel.constrain(self.kernel_params)
+            return {k: np.asarray(v, dtype=np.float64) for k, v in constrained.items()}
 
     def _check_X(self, X) -> np.ndarray:
         return check_X(X, n_features=self.n_features_in)

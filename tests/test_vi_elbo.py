@@ -224,7 +224,7 @@ def test_sparse_hyperparameter_gradient_matches_finite_differences():
     kernel = kernels.RBF(lengthscale=1.4)
     params = kernel.init_params(X)
     Z = jnp.asarray(X[:6] + 0.1)
-    data = sbsvm.SBSVMData(jnp.asarray(X), jnp.asarray(y), 1.0, 1e-6, 30 / 10)
+    data = sbsvm.SBSVMData(jnp.asarray(X), jnp.asarray(y), 30, 1.0, 1e-6, 30 / 10, 30)
     config = sbsvm.Config(kernel, None, 10, 1, learn=True, learn_inducing=True)
     r = np.random.default_rng(7)
     mean = jnp.asarray(r.standard_normal(6))

@@ -173,7 +173,8 @@ def to_sklearn_kernel(kernel: Kernel, params):
         return to_sklearn_kernel(kernel.k1, params["k1"]) + to_sklearn_kernel(kernel.k2, params["k2"])
     if isinstance(kernel, Product):
         return to_sklearn_kernel(kernel.k1, params["k1"]) * to_sklearn_kernel(kernel.k2, params["k2"])
-    p = {k: np.asarray(v, dtype=np.float64) for k, v in kernel.constrain(params).items()}
+    with jax.enable_x64(True):  # the natural values in float64 whatever the session's setting
+        p = {k: np.asarray(v, dtype=np.float64) for k, v in kernel.constrain(params).items()}
     if isinstance(kernel, (RBF, Matern32, Matern52)):
         ell = p["lengthscale"]
         ell = float(ell) if ell.ndim == 0 else ell

@@ -242,12 +242,13 @@ def ep_step(state: EPState, data: GPCData, likelihood: str):
         nu_new = m_hat / v_hat - nu_c
         tau_new = (1.0 - data.damping) * tau[i] + data.damping * tau_new
         nu_new = (1.0 - data.damping) * nu[i] + data.damping * nu_new
-        d_tau = tau_new - tau[i]
+        d_tau, d_nu = tau_new - tau[i], nu_new - nu[i]
         col = Sigma[:, i]
-        Sigma = Sigma - (d_tau / (1.0 + d_tau * s_ii)) * jnp.outer(col, col)
-        tau = tau.at[i].set(tau_new)
-        nu = nu.at[i].set(nu_new)
-        return tau, nu, Sigma, Sigma @ nu
+        c = d_tau / (1.0 + d_tau * s_ii)
+        Sigma = Sigma - c * jnp.outer(col, col)
+        # mu = Sigma nu after the update, in O(n): col^T nu = mu_i (Sigma is symmetric)
+        mu = mu + col * (d_nu - c * (mu[i] + d_nu * s_ii))
+        return tau.at[i].set(tau_new), nu.at[i].set(nu_new), Sigma, mu
 
     tau, nu, _, _ = jax.lax.fori_loop(0, n, site, (state.tau, state.nu, state.Sigma, state.mu))
     fac = _site_factor(data.K, tau)

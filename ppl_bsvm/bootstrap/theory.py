@@ -157,8 +157,10 @@ class BootstrapResult:
 
     @property
     def hyperparameters(self) -> dict:
-        """Kernel hyperparameters on their natural scale."""
-        return {k: np.asarray(v) for k, v in self.kernel.constrain(self.kernel_params).items()}
+        """Kernel hyperparameters on their natural scale (float64)."""
+        with jax.enable_x64(True):
+            constrained = self.kernel.constrain(self.kernel_params)
+            return {k: np.asarray(v, dtype=np.float64) for k, v in constrained.items()}
 
     def to_frame(self):
         """One row per ``S/N``: error, iterations, mismatch, convergence (a pandas DataFrame)."""

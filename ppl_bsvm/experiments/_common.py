@@ -1,4 +1,8 @@
-"""Helpers shared by the benchmark scripts: BLAS threads, peak memory, Markdown tables."""
+"""Helpers shared by the benchmark scripts: the machine, peak memory, Markdown tables.
+
+The benchmarks run with the library's defaults, its own thread rule included
+(``ppl_bsvm._runtime``): they measure what a user gets.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["limit_blas_threads", "peak_rss_mb", "machine_note", "markdown_table", "mean_sd"]
-
-
-def limit_blas_threads(n: int) -> None:
-    """Limit scipy's OpenBLAS (which JAX's CPU Cholesky and triangular solves call) to ``n``
-    threads. On a loaded or shared machine the default (one thread per core) makes every
-    small factorisation wait for descheduled threads, 10-100x slower (see ``tests/conftest.py``).
-    """
-    import scipy.linalg  # noqa: F401  (load scipy's OpenBLAS before limiting it)
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(n, user_api="blas")
+__all__ = ["peak_rss_mb", "machine_note", "markdown_table", "mean_sd"]
 
 
 def peak_rss_mb() -> float:
@@ -29,12 +22,16 @@ def peak_rss_mb() -> float:
     return rss / 1024.0 if sys.platform != "darwin" else rss / 2**20
 
 
-def machine_note(blas_threads: int) -> str:
+def machine_note() -> str:
+    """Platform, Python, cores, the load average now, and the library's thread setting."""
+    from ppl_bsvm import get_num_threads
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return (
         f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) at the end "
-        f"of the run, {blas_threads} BLAS thread(s)"
+        f"of the run, ppl_bsvm's default threads ({get_num_threads()} BLAS thread per call on "
+        "problems of this size)"
     )
 
 

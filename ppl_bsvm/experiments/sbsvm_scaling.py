@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import limit_blas_threads, machine_note, markdown_table, peak_rss_mb
+from ._common import machine_note, markdown_table, peak_rss_mb
 
 OUT = Path("reports/sbsvm_scaling")
 N_TEST = 100_000
@@ -45,11 +45,10 @@ def _current_rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run_one(n: int, steps: int, blas_threads: int) -> dict:
+def run_one(n: int, steps: int) -> dict:
     """Fit S-BSVM on ``n`` generated points in this process; returns the measurements."""
     import tracemalloc
 
-    limit_blas_threads(blas_threads)
     import ppl_bsvm
     from ppl_bsvm import datasets, metrics
 
@@ -150,7 +149,7 @@ def write_report(out, results, args, elapsed):
         "size runs in its own process; fit time includes JIT compilation, k-means and the "
         "final pass for the marginals of q(f) at all training points.",
         "",
-        f"Machine: {machine_note(args.blas_threads)}. Total {elapsed / 60:.1f} min.",
+        f"Machine: {machine_note()}. Total {elapsed / 60:.1f} min.",
         "",
         markdown_table(header, rows),
         "",
@@ -179,14 +178,12 @@ def main(argv=None) -> int:
                         help="sizes 10,000 and 100,000, 3000 steps (smoke run)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="OpenBLAS threads (default 1: fastest on a shared machine)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--single", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     steps = args.steps or (3000 if args.quick else 20000)
     if args.single is not None:  # child process: one size, JSON on stdout
-        print(json.dumps(run_one(args.single, steps, args.blas_threads)))
+        print(json.dumps(run_one(args.single, steps)))
         return 0
     sizes = args.sizes or ([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
     out = args.out or (OUT / "quick" if args.quick else OUT)
@@ -195,7 +192,7 @@ def main(argv=None) -> int:
     for n in sizes:
         print(f"n = {n:,} ...", flush=True)
         cmd = [sys.executable, "-m", "ppl_bsvm.experiments.sbsvm_scaling", "--single", str(n),
-               "--steps", str(steps), "--blas-threads", str(args.blas_threads)]
+               "--steps", str(steps)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr, file=sys.stderr)

@@ -44,7 +44,7 @@ import ppl_bsvm
 from ppl_bsvm import datasets, kernels, metrics
 from ppl_bsvm.predictive import DEFAULT_LINK, LINKS
 
-from ._common import limit_blas_threads, machine_note, markdown_table, mean_sd
+from ._common import machine_note, markdown_table, mean_sd
 
 DATASETS = ("breast", "pima", "german", "heart", "splice", "waveform")
 NAMES = {
@@ -264,7 +264,7 @@ def plot(summary, path):
     plt.close(fig)
 
 
-def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed, blas):
+def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed):
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "folds.csv", index=False)
     (out / "summary.json").write_text(json.dumps(
@@ -284,7 +284,7 @@ def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed
         "standardised within each training fold, RBF kernel. Mean ± sd over folds; times are "
         "the median per fold of the whole `ppl_bsvm.fit` call, JIT compilation included.",
         "",
-        f"Machine: {machine_note(blas)}. Total run time {elapsed / 60:.1f} min."
+        f"Machine: {machine_note()}. Total run time {elapsed / 60:.1f} min."
         + (f" Rows of {', '.join(NAMES[n] for n in args.reused)} were taken from "
            "`cache/` (`--reuse`): they were computed by earlier runs with the same settings, "
            "while other benchmark jobs shared the 2 cores, so their times are high."
@@ -343,8 +343,6 @@ def main(argv=None) -> int:
                         help="categorical columns of Breast Cancer and German: one integer code "
                              "each (the paper's dimensions 9 and 20; default; Splice's "
                              "nucleotides stay one-hot) or one-hot everywhere")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="OpenBLAS threads (default 1: fastest on a shared machine)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true",
                         help="take a data set's rows from OUT/cache/ when a run with the same "
@@ -355,7 +353,6 @@ def main(argv=None) -> int:
     if "ECM" in args.methods and "S-BSVM" not in args.methods:
         parser.error("ECM uses the kernel S-BSVM learned: include S-BSVM in --methods")
     out = args.out or (OUT / "quick" if args.quick else OUT)
-    limit_blas_threads(args.blas_threads)
     start = time.perf_counter()
     rows = []
     args.reused = []
@@ -380,7 +377,7 @@ def main(argv=None) -> int:
         rows += found
     df, table, link_rows, summary, mean_by_link = summarise(rows, args.datasets, args.methods)
     text = write_report(out, df, table, link_rows, summary, mean_by_link, args,
-                        time.perf_counter() - start, args.blas_threads)
+                        time.perf_counter() - start)
     print(text)
     return 0
 

@@ -1,5 +1,8 @@
 r"""GP regression with per-point noise: the linear algebra shared by ECM, Gibbs and B-BSVM.
 
+Each function is compiled on its own (one program per shape), so that the engines' set-up and
+finishing steps, which call them outside their loops, do not run operation by operation.
+
 Every GP engine of the Bayesian SVM needs the Gaussian
 :math:`N(f; K (K + N)^{-1} t,\; K - K (K + N)^{-1} K)` for some diagonal noise
 :math:`N = \mathrm{diag}(\nu)`: ECM (``nu = lamhat / gamma``), the Gibbs conditional of ``f``
@@ -14,10 +17,11 @@ and which stays finite as a noise variance goes to 0 (a point pinned to the marg
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import jax
+import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 __all__ = [
@@ -47,6 +51,7 @@ class NoisyFactor(NamedTuple):
     s: jnp.ndarray
 
 
+@jax.jit
 def factor(K, noise) -> NoisyFactor:
     """Factor ``K + diag(noise)`` (``noise > 0``) in the symmetric form ``I + S K S``."""
     s = 1.0 / jnp.sqrt(noise)
@@ -54,12 +59,14 @@ def factor(K, noise) -> NoisyFactor:
     return NoisyFactor(jnp.linalg.cholesky(B), s)
 
 
+@jax.jit
 def solve(fac: NoisyFactor, v):
     """``(K + N)^{-1} v`` for ``v`` of shape ``(n,)`` or ``(n, k)``."""
     s = fac.s if v.ndim == 1 else fac.s[:, None]
     return s * cho_solve((fac.chol, True), s * v)
 
 
+@jax.jit
 def posterior_mean(K, fac: NoisyFactor, t):
     """``K (K + N)^{-1} t`` and the weights ``a = (K + N)^{-1} t`` (so ``mean = K a``)."""
     a = solve(fac, t)
@@ -71,12 +78,14 @@ def _whitened(fac: NoisyFactor, K_cross):
     return solve_triangular(fac.chol, fac.s[:, None] * K_cross, lower=True)
 
 
+@jax.jit
 def posterior_cov(K, fac: NoisyFactor):
     """``K - K (K + N)^{-1} K`` (dense, ``(n, n)``)."""
     V = _whitened(fac, K)
     return K - V.T @ V
 
 
+@jax.jit
 def posterior_cov_diag(K, fac: NoisyFactor):
     """Diagonal of ``K - K (K + N)^{-1} K``."""
     V = _whitened(fac, K)
@@ -106,6 +115,7 @@ def predict(fac: NoisyFactor, a, K_cross, k_diag):
     return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)
 
 
+@partial(jax.jit, static_argnames=("num_draws",))
 def sample_posterior(key, K, fac: NoisyFactor, mean, num_draws: int):
     r"""Draws of ``N(mean, K - K (K + N)^{-1} K)`` by Matheron's rule (spec section 6).
 

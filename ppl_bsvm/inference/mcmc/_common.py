@@ -122,7 +122,7 @@ class MCMCRun(NamedTuple):
 
 
 def run_mcmc(config_key, build, key, inputs, config: MCMCConfig, *,
-             resume: MCMCCheckpoint | None = None, label: str = "sampling") -> MCMCRun:
+             resume: MCMCCheckpoint | None = None, sampler: str = "the sampler") -> MCMCRun:
     """Run the chains of a sampler through :func:`driver.sample_chains` and time them.
 
     ``build() -> ChainKernel`` makes the sampler (compiled once per ``config_key``, the
@@ -155,11 +155,11 @@ def run_mcmc(config_key, build, key, inputs, config: MCMCConfig, *,
         (config_key, config.num_warmup), build, key, inputs,
         num_warmup=config.num_warmup, num_samples=config.num_samples,
         num_chains=config.num_chains, chain_method=config.chain_method,
-        thinning=config.thinning, resume=previous, label=label,
+        thinning=config.thinning, resume=previous,
     )
     samples = dict(draws.fields["z"])
     extra = dict(draws.fields["extra"])
-    check_finite(samples, sampler=label)
+    check_finite(samples, sampler=sampler)
     checkpoint = MCMCCheckpoint(draws.state, dict(samples), dict(extra), config.num_samples)
     return MCMCRun(samples, extra, draws.timings, checkpoint)
 

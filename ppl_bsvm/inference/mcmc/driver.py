@@ -236,7 +236,7 @@ def sample_chains(
     chain_method: str,
     thinning: int,
     resume: Draws | None = None,
-    label: str = "sampling",
+    label: str | None = None,
 ) -> Draws:
     """Run ``num_warmup + num_samples`` iterations of ``num_chains`` chains (module doc).
 
@@ -253,6 +253,8 @@ def sample_chains(
         The model's data, traced.
     resume : Draws, optional
         Continue these chains (no warmup) up to ``num_samples`` post-warmup iterations.
+    label : str, optional
+        The progress bar's label (default: the enclosing fit's ``model/method``).
     """
     parallel = chain_method == "parallel"
     if parallel and jax.local_device_count() < num_chains:
@@ -290,7 +292,9 @@ def sample_chains(
         else:
             states = _split_groups(resume.state, groups, per_group, parallel)
         pieces: list[list[dict]] = [[] for _ in range(groups)]
-        with _progress.progress_bar(todo * groups, label, _progress.current()[0]) as bar:
+        enabled, context = _progress.current()
+        with _progress.progress_bar(todo * groups, label or context or "sampling",
+                                    enabled) as bar:
             shown = _progress.shown(bar)
             for g in range(groups):
                 state, ran, limit = states[g], 0, (1 if shown else SEGMENT)

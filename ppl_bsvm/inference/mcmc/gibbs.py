@@ -1435,7 +1435,7 @@ def _run_gibbs(model, inputs, kernel, *, key, config, scale_step, overrelax, dir
     static = ("gibbs", model, kernel, settings, None if fixed else directions, fields)
     run = run_mcmc(
         static, lambda: _chain_kernel(model, kernel, settings, directions, fields), key, inputs,
-        config, resume=None if resume is None else resume.checkpoint, label="gibbs",
+        config, resume=None if resume is None else resume.checkpoint, sampler="gibbs",
     )
     if store_lam:
         run.samples["lam"] = run.extra["lam"]

@@ -170,7 +170,7 @@ def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, stor
     run = run_mcmc(
         ("nuts", model, static, options), lambda: _chain_kernel(model, static, nuts_options,
                                                                config.num_warmup),
-        key, inputs, config, resume=None if resume is None else resume.checkpoint, label="nuts",
+        key, inputs, config, resume=None if resume is None else resume.checkpoint, sampler="nuts",
     )
     stats = nuts_sample_stats(run.extra, nuts_options["max_tree_depth"])
     warn_divergences(stats["diverging"], nuts_options["target_accept_prob"], hint)

@@ -63,7 +63,7 @@ from ...data import Problem, check_X
 from ...kernels import DEFAULT_JITTER, Kernel
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
-from ..._shapes import CHUNK, bucket_size, pad_rows, padded_size
+from ..._shapes import CHUNK, bucket_size, pad_rows, padded_call, padded_size
 from .._common import check_gamma, gaussian_idata
 from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
 from ..latent import Latent
@@ -197,6 +197,7 @@ class Config(NamedTuple):
     learn_inducing: bool = False
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _chol_Kmm(kernel, params, Z, jitter):
     Kmm = kernel.K(params, Z, Z)
     Kmm = Kmm + jitter * jnp.mean(jnp.diag(Kmm)) * jnp.eye(Z.shape[0], dtype=Kmm.dtype)
@@ -421,6 +422,12 @@ def _f_draws(kernel, post: _Posterior, X, v_draws, key) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
+@jax.jit
+def _terms_and_alpha(m, s, y, gamma):
+    """Each point's data term of the collapsed ELBO and its optimal ``alpha`` (eq. 11)."""
+    return elbo_mod.collapsed_data_term(m, s, y, gamma), elbo_mod.optimal_alpha(m, s, y)
+
+
 def latent(kernel, post: _Posterior, X):
     """Latent predictive mean and variance at the rows of ``X`` (spec section 5), by chunks:
 
@@ -561,10 +568,10 @@ def _sbsvm(
     else:
         Z = inducing
     t_inducing = time.perf_counter() - t0
-    X = jnp.asarray(problem.X, dtype=jnp.float64)
+    X = problem.X
     rows = bucket_size(n)
     data = SBSVMData(
-        pad_rows(X, rows), pad_rows(jnp.asarray(problem.y, dtype=jnp.float64), rows),
+        jnp.asarray(pad_rows(X, rows)), jnp.asarray(pad_rows(problem.y, rows)),
         jnp.asarray(n, jnp.int32), jnp.asarray(gamma), jnp.asarray(jitter),
         jnp.asarray(n / batch_size),
         jnp.asarray(period_points(n, batch_size, check_every), jnp.int32),
@@ -583,9 +590,8 @@ def _sbsvm(
     q = _final_q(st, k_u, num_draws)
     post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
     f_mean, f_var = latent(kernel, post, X)
-    terms = elbo_mod.collapsed_data_term(f_mean, f_var, problem.y, gamma)
-    value = float(np.sum(np.asarray(terms)) - q.kl)
-    alpha = np.asarray(elbo_mod.optimal_alpha(f_mean, f_var, problem.y))
+    terms, alpha = padded_call(_terms_and_alpha, f_mean, f_var, problem.y, gamma=gamma)
+    value = float(np.sum(terms) - q.kl)
     posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:
         posterior["f"] = _f_draws(kernel, post, X, q.v_draws, k_f)[None]

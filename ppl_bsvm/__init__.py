@@ -39,9 +39,9 @@ __all__ += ["BayesianSVC", "RVMRegressor", "RVMClassifier", "BCSVMClassifier"]
 
 _LAZY = {
     "BayesianSVC": "ppl_bsvm.estimators",
-    "RVMRegressor": "ppl_bsvm.baselines.rvm",
-    "RVMClassifier": "ppl_bsvm.baselines.rvm",
-    "BCSVMClassifier": "ppl_bsvm.baselines.bcsvm",
+    "RVMRegressor": "ppl_bsvm.estimators",
+    "RVMClassifier": "ppl_bsvm.estimators",
+    "BCSVMClassifier": "ppl_bsvm.estimators",
 }
 
 

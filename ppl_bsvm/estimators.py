@@ -1,4 +1,4 @@
-"""scikit-learn estimators over :func:`ppl_bsvm.fit`.
+"""scikit-learn estimators: :class:`BayesianSVC` over :func:`ppl_bsvm.fit`, and the baselines'.
 
 :class:`BayesianSVC` wraps any registered ``(model, method)`` pair in the scikit-learn
 classifier API, so that a Bayesian SVM drops into ``Pipeline``, ``GridSearchCV`` and
@@ -15,17 +15,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import jax
 import numpy as np
 from scipy.special import ndtri
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._checks import boolean
 from .api import _engine_options, get_engine
 from .api import fit as _fit
+from .baselines._common import kernel_matrix
+from .baselines._likelihoods import logistic_gaussian
+from .baselines.rvm import (
+    RVMResult,
+    _Basis,
+    _check_rvm_options,
+    _fit_basis,
+    _split_active,
+    rvm_classification,
+    rvm_regression,
+)
+from .kernels import DEFAULT_JITTER, get_kernel
+from .predictive import DEFAULT_LINK
 
-__all__ = ["BayesianSVC"]
+__all__ = ["BayesianSVC", "BCSVMClassifier", "RVMRegressor", "RVMClassifier"]
 
 # fit() arguments that have a parameter of their own here (or none at all); passing them through
 # ``options`` would be ambiguous.
@@ -223,5 +237,357 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     def predict(self, X):
         """``classes_[1]`` where :meth:`decision_function` is >= 0 (``predict_proba >= 1/2``), as
         ``posterior_.predict`` does, else ``classes_[0]``."""
+        check_is_fitted(self)
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+
+
+class BCSVMClassifier(BayesianSVC):
+    """Bayesian committee SVM (Schwaighofer & Tresp 2001), binary, scikit-learn API.
+
+    The estimator form of ``ppl_bsvm.fit(X, y, method="bcsvm", ...)`` (:func:`bcsvm`): 2-norm
+    soft-margin SVM modules of ``module_size`` points, their Laplace Gaussians combined by the
+    BCM (paper eqs. 4-5) over query sets of ``query_size`` test rows. Built on
+    :class:`ppl_bsvm.BayesianSVC` (validation, labels, ``posterior_``, pickling) with the
+    engine's options as parameters, so that ``GridSearchCV`` can tune them.
+
+    Parameters
+    ----------
+    kernel : str or Kernel, default="rbf"
+        Covariance function (a string uses the median-heuristic lengthscale).
+    C : float, default=1.0
+        2-norm soft-margin constant (paper eq. 6); the Laplace noise is ``I / C``.
+    module_size : int, default=200
+        Target points per module (``ceil(n / module_size)`` modules; ``>= n`` is the 2-norm SVM).
+    query_size : int, default=200
+        Test rows combined jointly by the BCM.
+    combine : {"bcm", "average"}, default="bcm"
+        BCM weights or the plain average of the module outputs (paper Fig. 1).
+    seed : int, default=0
+        Seed of the random partition into modules.
+    max_iter : int, default=100
+        Newton iterations of the module SVMs.
+    tol : float, default=1e-12
+        Relative objective change (with unchanged active sets) that stops the Newton iteration.
+    jitter : float, default=1e-6
+        Relative jitter of the module kernels and nugget of the query-set prior.
+    link : str, default="probit"
+        Link from the combined latent Gaussian to ``predict_proba`` (``"probit"``,
+        ``"logit"``, ...; see :data:`ppl_bsvm.baselines._common.BASELINE_LINKS`).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+        The two labels, sorted; ``predict_proba[:, 1]`` is the probability of ``classes_[1]``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` had string column names (a DataFrame).
+    posterior_ : ppl_bsvm.Fit
+        The fit: module assignment, support vectors, dual weights and biases in
+        ``posterior_.idata["modules"]``, Newton trace, timings.
+    n_iter_ : int
+        Newton iterations taken (all modules together).
+
+    Notes
+    -----
+    ``decision_function`` is ``Phi^{-1}(predict_proba[:, 1])`` as for
+    :class:`ppl_bsvm.BayesianSVC` (with the probit link, the BCM's combined latent mean of
+    ``f(x) + b`` moderated by its variance), ``predict`` its sign and ``predict_proba`` the link
+    averaged over the combined latent Gaussian; the combined mean and variance are
+    ``posterior_.predict_latent(X)``.
+
+    The BCM combines the rows of ``X`` in consecutive blocks of ``query_size`` (paper eqs.
+    4-5): the prediction at a row depends on the other rows of its block; use
+    ``query_size >= len(X)`` for predictions that do not depend on the batching.
+
+    scikit-learn's ``check_estimator`` passes (run in the test suite with ``module_size=20``,
+    ``query_size=10``) with the binary-only tag ``classifier_tags.multi_class = False``, as for
+    :class:`ppl_bsvm.BayesianSVC`.
+
+    Pickling round-trips predictions exactly (as :class:`ppl_bsvm.BayesianSVC`).
+
+    Examples
+    --------
+    >>> import ppl_bsvm
+    >>> X, y = ppl_bsvm.datasets.load("pima", standardize=True)
+    >>> clf = ppl_bsvm.BCSVMClassifier(module_size=100, query_size=100).fit(X, y)
+    >>> proba = clf.predict_proba(X[:5])
+    """
+
+    def __init__(
+        self,
+        kernel="rbf",
+        *,
+        C=1.0,
+        module_size=200,
+        query_size=200,
+        combine="bcm",
+        seed=0,
+        max_iter=100,
+        tol=1e-12,
+        jitter=DEFAULT_JITTER,
+        link=DEFAULT_LINK,
+    ):
+        self.kernel = kernel
+        self.C = C
+        self.module_size = module_size
+        self.query_size = query_size
+        self.combine = combine
+        self.seed = seed
+        self.max_iter = max_iter
+        self.tol = tol
+        self.jitter = jitter
+        self.link = link
+
+    def fit(self, X, y):
+        """Train the module SVMs on binary data; returns ``self``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Exactly two distinct labels of any type.
+        """
+        super().fit(X, y)
+        self.n_iter_ = self.posterior_.n_iter
+        return self
+
+    def _fit_arguments(self) -> dict:
+        # values are checked by the engine (a ValueError naming the option)
+        return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
+                **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
+
+
+_ESTIMATOR_OPTIONS = ("C", "module_size", "query_size", "combine", "max_iter", "tol", "jitter",
+                      "link")
+
+
+_RVM_DOC_PARAMS = """
+    kernel : str or ppl_bsvm.kernels.Kernel, default="rbf"
+        Basis functions ``k(., x_j)``; ``"rbf"`` starts from the median-heuristic
+        lengthscale. Hyperparameters are kept fixed.
+    algorithm : {"fast", "reestimate"}, default="fast"
+        Tipping & Faul's (2003) sequential evidence maximisation, or the re-estimation
+        ``alpha = gamma / m^2`` with pruning (Tipping 2001).
+    bias : bool, default=True
+        Include a constant basis function (pruned like the others if irrelevant).
+    max_iter : int, default=5000
+    tol : float, default=1e-6
+        Convergence threshold on changes of ``log alpha`` (and ``log beta``).
+    alpha_max : float, default=1e9
+        Pruning threshold of ``algorithm="reestimate"``."""
+
+
+class _RVMBase(BaseEstimator):
+    def __init__(self, kernel="rbf", *, algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
+                 alpha_max=1e9):
+        self.kernel = kernel
+        self.algorithm = algorithm
+        self.bias = bias
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_max = alpha_max
+
+    def _validate_options(self):
+        _check_rvm_options(self.algorithm, self.max_iter, self.tol, self.alpha_max, self.bias)
+        return get_kernel(self.kernel)
+
+    def _store(self, X, result: RVMResult, kernel, params):
+        N = X.shape[0]
+        rel, has_bias = _split_active(result, N)
+        on_rel = result.active < N
+        self.kernel_ = kernel
+        self.kernel_params_ = params
+        self.relevance_ = rel
+        self.relevance_vectors_ = X[rel]
+        self.coef_ = result.mean[on_rel]
+        self.alpha_ = result.alpha[on_rel]
+        self.intercept_ = float(result.mean[~on_rel][0]) if has_bias else 0.0
+        self.sigma_ = result.cov
+        self.log_marginal_likelihood_ = result.log_evidence
+        self.n_iter_ = result.n_iter
+        self.converged_ = result.converged
+        self.result_ = result
+        self._basis = _Basis(kernel, params, X[rel], has_bias)
+        self._mean = result.mean
+
+    def _latent(self, X):
+        F = self._basis.features(X)
+        return F, F @ self._mean, np.maximum(np.sum((F @ self.sigma_) * F, axis=1), 0.0)
+
+
+class RVMRegressor(RegressorMixin, _RVMBase):
+    __doc__ = f"""Relevance vector machine regression (Tipping 2001; Tipping & Faul 2003).
+
+    Sparse Bayesian kernel regression: ``t = sum_j w_j k(x, x_j) + b + noise``, each weight
+    with its own prior precision ``alpha_j`` set by maximising the evidence; most ``alpha_j``
+    diverge and the remaining training points are the relevance vectors. See
+    :mod:`ppl_bsvm.baselines.rvm` for the algorithms.
+
+    Parameters
+    ----------{_RVM_DOC_PARAMS}
+    augment : bool, default=False
+        Predictive variance of the augmented model (RVM*, module docstring): a basis function
+        at each test point, so the variance grows away from the data instead of shrinking.
+        Needs the training data at prediction time.
+
+    Attributes
+    ----------
+    relevance_ : ndarray of shape (R,)
+        Indices of the relevance vectors in the training data.
+    relevance_vectors_ : ndarray of shape (R, n_features)
+    coef_ : ndarray of shape (R,)
+        Posterior mean weights of the relevance vectors.
+    intercept_ : float
+        Posterior mean of the bias weight (0 if there is none or it was pruned).
+    alpha_ : ndarray of shape (R,)
+        Prior precisions of the relevance weights.
+    beta_ : float
+        Noise precision (``1 / sigma^2``).
+    sigma_ : ndarray of shape (R + has_bias, R + has_bias)
+        Posterior covariance of the weights, bias last.
+    log_marginal_likelihood_ : float
+    n_iter_ : int
+    converged_ : bool
+    kernel_ : Kernel
+    kernel_params_ : dict
+    result_ : RVMResult
+        The evidence maximiser's output over the basis columns (training points, then the
+        bias): ``active``, ``alpha``, ``mean``, ``cov``, ``trace``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ppl_bsvm import RVMRegressor, kernels
+    >>> x = np.linspace(-10, 10, 100)[:, None]
+    >>> t = np.sinc(x[:, 0] / np.pi) + 0.1 * np.random.default_rng(0).standard_normal(100)
+    >>> rvm = RVMRegressor(kernels.RBF(lengthscale=2.0)).fit(x, t)
+    >>> len(rvm.relevance_) < 15
+    True
+    >>> mean, std = rvm.predict(x[:3], return_std=True)
+    """
+
+    def __init__(self, kernel="rbf", *, algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
+                 alpha_max=1e9, augment=False):
+        super().__init__(kernel, algorithm=algorithm, bias=bias, max_iter=max_iter, tol=tol,
+                         alpha_max=alpha_max)
+        self.augment = augment
+
+    def fit(self, X, y):
+        """Maximise the evidence over ``alpha`` and ``beta``; returns ``self``."""
+        kernel = self._validate_options()
+        boolean("augment", self.augment)
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        if X.shape[0] < 2:
+            raise ValueError(f"RVMRegressor needs at least 2 samples, got n_samples = {X.shape[0]}")
+        params, Phi = _fit_basis(kernel, X, self.bias)
+        result = rvm_regression(Phi, y, algorithm=self.algorithm, max_iter=self.max_iter,
+                                tol=self.tol, alpha_max=self.alpha_max)
+        self._store(X, result, kernel, params)
+        self.beta_ = result.beta
+        if self.augment:
+            self._train = (X, y)
+        return self
+
+    def predict(self, X, return_std=False):
+        """Predictive mean (and standard deviation of the noisy target) at the rows of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,)
+        std : ndarray of shape (n_samples,), only with ``return_std=True``
+            ``sqrt(1/beta_ + phi(x)^T sigma_ phi(x))``, or the augmented model's (``augment``).
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        F, mean, var = self._latent(X)
+        if self.augment:
+            mean, var = self._augmented(X, F, mean, var)
+        if not return_std:
+            return mean
+        return mean, np.sqrt(var + 1.0 / self.beta_)
+
+    def _augmented(self, X, F, mean, var):
+        """Rank-one update for a basis function ``k(., x*)`` with prior precision ``k(x*, x*)``."""
+        X_train, t = self._train
+        beta = self.beta_
+        with jax.enable_x64(True):
+            Psi = kernel_matrix(self.kernel_, self.kernel_params_, X_train, X)  # (N, n*)
+            kappa = np.asarray(self.kernel_.diag(self.kernel_params_, jax.numpy.asarray(X)))
+        Phi_M = self._basis.features(X_train)
+        U = beta * self.sigma_ @ (Phi_M.T @ Psi)  # (M, n*)
+        c = kappa + beta * np.sum(Psi * (Psi - Phi_M @ U), axis=0)
+        resid = t - Phi_M @ self._mean
+        w_star = beta * (Psi.T @ resid) / c
+        e = kappa - np.sum(F.T * U, axis=0)
+        return mean + e * w_star, var + e**2 / c
+
+
+class RVMClassifier(ClassifierMixin, _RVMBase):
+    __doc__ = f"""Relevance vector machine classification (Tipping 2001), binary.
+
+    ``p(y = classes_[1] | x) = sigmoid(sum_j w_j k(x, x_j) + b)`` with a sparse prior as in
+    :class:`RVMRegressor`, fitted by the Laplace approximation with IRLS inside the evidence
+    maximisation. ``predict_proba`` integrates the sigmoid over the Laplace posterior.
+
+    Parameters
+    ----------{_RVM_DOC_PARAMS}
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    relevance_, relevance_vectors_, coef_, intercept_, alpha_, sigma_ :
+        As in :class:`RVMRegressor` (weights of the logistic model).
+    log_marginal_likelihood_ : float
+        Laplace approximation of the evidence.
+    n_iter_ : int
+    converged_ : bool
+    kernel_, kernel_params_, result_ :
+        As in :class:`RVMRegressor`.
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def fit(self, X, y):
+        """Fit the sparse Bayesian logistic model; returns ``self``."""
+        kernel = self._validate_options()
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        y_type = type_of_target(y, input_name="y", raise_unknown=True)
+        if y_type != "binary":
+            raise ValueError(
+                "Only binary classification is supported. The type of the target "
+                f"is {y_type}."
+            )
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        params, Phi = _fit_basis(kernel, X, self.bias)
+        result = rvm_classification(Phi, np.where(y_idx == 1, 1.0, -1.0), algorithm=self.algorithm,
+                                    max_iter=self.max_iter, tol=self.tol, alpha_max=self.alpha_max)
+        self._store(X, result, kernel, params)
+        return self
+
+    def decision_function(self, X):
+        """Posterior mean of the latent ``f(x)`` (positive: ``classes_[1]``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self._latent(X)[1]
+
+    def predict_proba(self, X):
+        """``[P(classes_[0]), P(classes_[1])]``, the sigmoid averaged over the Laplace posterior."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        _, mean, var = self._latent(X)
+        with jax.enable_x64(True):
+            p = np.asarray(logistic_gaussian(mean, var), dtype=np.float64)
+        return np.stack([1.0 - p, p], axis=1)
+
+    def predict(self, X):
         check_is_fitted(self)
         return self.classes_[(self.decision_function(X) >= 0).astype(int)]

@@ -168,7 +168,7 @@ def test_a_module_with_one_class_is_refused(problem):
 
 def test_estimator_parameters_are_the_engine_options():
     from ppl_bsvm.api import get_engine
-    from ppl_bsvm.baselines.bcsvm import BCSVMClassifier
+    from ppl_bsvm import BCSVMClassifier
 
     engine = inspect.signature(get_engine("gp", "bcsvm").fn).parameters
     params = BCSVMClassifier().get_params()

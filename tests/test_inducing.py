@@ -8,6 +8,7 @@ from ppl_bsvm import kernels
 from ppl_bsvm.inference import gaussian
 from ppl_bsvm.inference.inducing import (
     choose_inducing,
+    kmeans,
     from_natural,
     inducing_prior,
     kl_to_prior,
@@ -99,3 +100,27 @@ def test_choose_inducing(rng, method):
         choose_inducing(X, 101)
     with pytest.raises(ValueError, match="inducing must be one of"):
         choose_inducing(X, 2, method="grid")
+
+
+def _inertia(X, C):
+    return float(np.sum(np.min(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1)))
+
+
+@pytest.mark.parametrize("m", [5, 40])
+def test_kmeans_is_as_good_as_scikit_learns(rng, m):
+    """Same objective as scikit-learn's KMeans (k-means++, one initialisation) within 3 %,
+    median over seeds; the fixed point is one: every centre is the mean of its points."""
+    from sklearn.cluster import KMeans
+
+    centres = rng.normal(0, 4, (8, 3))
+    X = centres[rng.integers(0, 8, 600)] + rng.normal(0, 1.0, (600, 3))
+    ours = [_inertia(X, kmeans(X, m, seed)) for seed in range(5)]
+    theirs = [_inertia(X, KMeans(m, n_init=1, random_state=seed, max_iter=100).fit(X)
+                       .cluster_centers_) for seed in range(5)]
+    assert np.median(ours) <= 1.03 * np.median(theirs)
+    Z = kmeans(X, m, 0)
+    labels = np.argmin(((X[:, None, :] - Z[None]) ** 2).sum(-1), axis=1)
+    for j in np.unique(labels):
+        np.testing.assert_allclose(Z[j], X[labels == j].mean(axis=0), atol=1e-10)
+    # padded rows (weight 0) never become centres or move them
+    assert not np.any(np.all(Z == 0.0, axis=1))

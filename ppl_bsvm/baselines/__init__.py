@@ -8,13 +8,12 @@ Importing this package registers, for the GP model (``ppl_bsvm.fit(X, y, method=
 - ``svgp``: sparse variational GP classification of Hensman et al. 2015 (:mod:`.svgp`; also
   under ``model="sparse_gp"``);
 - ``bcsvm``: the Bayesian committee SVM of Schwaighofer & Tresp (:mod:`.bcsvm`), whose
-  estimator is :class:`BCSVMClassifier`;
+  estimator is ``ppl_bsvm.BCSVMClassifier``;
 - ``rvm``: the relevance vector machine classifier (:mod:`.rvm`), whose regression and
-  classification estimators are :class:`RVMRegressor` and :class:`RVMClassifier`.
+  classification estimators are ``ppl_bsvm.RVMRegressor`` and ``ppl_bsvm.RVMClassifier``.
+
+The scikit-learn estimators live in :mod:`ppl_bsvm.estimators`, so that registering the engines
+imports neither scikit-learn nor SciPy's statistics (a second and a half of start-up).
 """
 
 from . import bcsvm, gpc, platt, rvm, svgp  # noqa: F401
-from .bcsvm import BCSVMClassifier
-from .rvm import RVMClassifier, RVMRegressor
-
-__all__ = ["RVMRegressor", "RVMClassifier", "BCSVMClassifier"]

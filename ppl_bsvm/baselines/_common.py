@@ -6,7 +6,6 @@ import functools
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 

@@ -97,7 +97,6 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
 from ..api import register
 from ..data import Problem
-from ..estimators import BayesianSVC
 from ..inference import gaussian
 from ..inference.loop import relative_change, run
 from ..kernels import DEFAULT_JITTER, Kernel, gram
@@ -119,7 +118,6 @@ __all__ = [
     "ModuleQuery",
     "bcm_combine",
     "bcm_latent",
-    "BCSVMClassifier",
 ]
 
 COMBINES = ("bcm", "average")
@@ -530,123 +528,3 @@ def bcsvm(
         jitter=jitter,
         state=state,
     )
-
-
-class BCSVMClassifier(BayesianSVC):
-    """Bayesian committee SVM (Schwaighofer & Tresp 2001), binary, scikit-learn API.
-
-    The estimator form of ``ppl_bsvm.fit(X, y, method="bcsvm", ...)`` (:func:`bcsvm`): 2-norm
-    soft-margin SVM modules of ``module_size`` points, their Laplace Gaussians combined by the
-    BCM (paper eqs. 4-5) over query sets of ``query_size`` test rows. Built on
-    :class:`ppl_bsvm.BayesianSVC` (validation, labels, ``posterior_``, pickling) with the
-    engine's options as parameters, so that ``GridSearchCV`` can tune them.
-
-    Parameters
-    ----------
-    kernel : str or Kernel, default="rbf"
-        Covariance function (a string uses the median-heuristic lengthscale).
-    C : float, default=1.0
-        2-norm soft-margin constant (paper eq. 6); the Laplace noise is ``I / C``.
-    module_size : int, default=200
-        Target points per module (``ceil(n / module_size)`` modules; ``>= n`` is the 2-norm SVM).
-    query_size : int, default=200
-        Test rows combined jointly by the BCM.
-    combine : {"bcm", "average"}, default="bcm"
-        BCM weights or the plain average of the module outputs (paper Fig. 1).
-    seed : int, default=0
-        Seed of the random partition into modules.
-    max_iter : int, default=100
-        Newton iterations of the module SVMs.
-    tol : float, default=1e-12
-        Relative objective change (with unchanged active sets) that stops the Newton iteration.
-    jitter : float, default=1e-6
-        Relative jitter of the module kernels and nugget of the query-set prior.
-    link : str, default="probit"
-        Link from the combined latent Gaussian to ``predict_proba`` (``"probit"``,
-        ``"logit"``, ...; see :data:`ppl_bsvm.baselines._common.BASELINE_LINKS`).
-
-    Attributes
-    ----------
-    classes_ : ndarray of shape (2,)
-        The two labels, sorted; ``predict_proba[:, 1]`` is the probability of ``classes_[1]``.
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Only when ``X`` had string column names (a DataFrame).
-    posterior_ : ppl_bsvm.Fit
-        The fit: module assignment, support vectors, dual weights and biases in
-        ``posterior_.idata["modules"]``, Newton trace, timings.
-    n_iter_ : int
-        Newton iterations taken (all modules together).
-
-    Notes
-    -----
-    ``decision_function`` is ``Phi^{-1}(predict_proba[:, 1])`` as for
-    :class:`ppl_bsvm.BayesianSVC` (with the probit link, the BCM's combined latent mean of
-    ``f(x) + b`` moderated by its variance), ``predict`` its sign and ``predict_proba`` the link
-    averaged over the combined latent Gaussian; the combined mean and variance are
-    ``posterior_.predict_latent(X)``.
-
-    The BCM combines the rows of ``X`` in consecutive blocks of ``query_size`` (paper eqs.
-    4-5): the prediction at a row depends on the other rows of its block; use
-    ``query_size >= len(X)`` for predictions that do not depend on the batching.
-
-    scikit-learn's ``check_estimator`` passes (run in the test suite with ``module_size=20``,
-    ``query_size=10``) with the binary-only tag ``classifier_tags.multi_class = False``, as for
-    :class:`ppl_bsvm.BayesianSVC`.
-
-    Pickling round-trips predictions exactly (as :class:`ppl_bsvm.BayesianSVC`).
-
-    Examples
-    --------
-    >>> import ppl_bsvm
-    >>> X, y = ppl_bsvm.datasets.load("pima", standardize=True)
-    >>> clf = ppl_bsvm.BCSVMClassifier(module_size=100, query_size=100).fit(X, y)
-    >>> proba = clf.predict_proba(X[:5])
-    """
-
-    def __init__(
-        self,
-        kernel="rbf",
-        *,
-        C=1.0,
-        module_size=200,
-        query_size=200,
-        combine="bcm",
-        seed=0,
-        max_iter=100,
-        tol=1e-12,
-        jitter=DEFAULT_JITTER,
-        link=DEFAULT_LINK,
-    ):
-        self.kernel = kernel
-        self.C = C
-        self.module_size = module_size
-        self.query_size = query_size
-        self.combine = combine
-        self.seed = seed
-        self.max_iter = max_iter
-        self.tol = tol
-        self.jitter = jitter
-        self.link = link
-
-    def fit(self, X, y):
-        """Train the module SVMs on binary data; returns ``self``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Exactly two distinct labels of any type.
-        """
-        super().fit(X, y)
-        self.n_iter_ = self.posterior_.n_iter
-        return self
-
-    def _fit_arguments(self) -> dict:
-        # values are checked by the engine (a ValueError naming the option)
-        return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
-                **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
-
-
-_ESTIMATOR_OPTIONS = ("C", "module_size", "query_size", "combine", "max_iter", "tol", "jitter",
-                      "link")

@@ -70,6 +70,7 @@ from ..inference.inducing import (
     marginals,
     project,
 )
+from .._shapes import padded_call
 from ..inference.latent import Latent
 from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER, Kernel
@@ -146,6 +147,7 @@ class SVGPData(NamedTuple):
     adam_lr: jnp.ndarray  # ()
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def svgp_init(kernel: Kernel, params, Z, key, jitter: float) -> SVGPState:
     """``q(u) = p(u)``: ``eta1 = 0``, ``eta2 = -Kmm^{-1}/2``."""
     prior = inducing_prior(kernel, params, Z, jitter)
@@ -254,6 +256,22 @@ def _marginals_chunk(kernel, post: _Posterior, X):
     return marginals(project(kernel, post.params, prior, X), post.mu, post.Sigma)
 
 
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("num_draws",))
+def _final_q(kernel, eta1, eta2, params, Z, jitter, key, num_draws: int):
+    """``q(u)``'s mean and covariance, its KL to the prior and ``num_draws`` draws of ``u``."""
+    mu, Sigma = from_natural(Natural(eta1, eta2))
+    kl = kl_to_prior(mu, Sigma, inducing_prior(kernel, params, Z, jitter))
+    z = jax.random.normal(key, (num_draws, mu.shape[0]), dtype=mu.dtype)
+    return mu, Sigma, kl, mu + z @ jnp.linalg.cholesky(Sigma).T
+
+
+@functools.partial(jax.jit, static_argnames=("likelihood", "num_quadrature"))
+def _expected_log_likelihood(y, f_mean, f_var, likelihood, num_quadrature):
+    """``E_q[log p(y_i | f_i)]`` per point (Gauss-Hermite)."""
+    nodes, weights = gauss_hermite(num_quadrature)
+    return gauss_hermite_expectations(likelihood, y, f_mean, f_var, nodes, weights)[0]
+
+
 @register("svgp", ("gp", "sparse_gp"))
 def svgp(
     problem: Problem,
@@ -358,16 +376,15 @@ def svgp(
                      num_quadrature, jitter)
     result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_converged)
     state = result.state
-    mu, Sigma = from_natural(Natural(state.eta1, state.eta2))
     params, Z = state.params, state.Z
+    mu, Sigma, kl, draws = _final_q(kernel, state.eta1, state.eta2, params, Z, jitter, key_draws,
+                                    num_draws=num_draws)
     latent = Latent(_marginals_chunk, kernel, _Posterior(params, Z, mu, Sigma, jnp.asarray(jitter)))
-    f_mean, f_var = latent(X)
-    nodes, weights = gauss_hermite(num_quadrature)
-    expected, _, _ = gauss_hermite_expectations(likelihood, y, f_mean, f_var, nodes, weights)
-    full_elbo = jnp.sum(expected) - kl_to_prior(mu, Sigma, inducing_prior(kernel, params, Z, jitter))
-    chol = jnp.linalg.cholesky(Sigma)
-    z = jax.random.normal(key_draws, (num_draws, mu.shape[0]), dtype=mu.dtype)
-    draws = np.asarray(mu + z @ chol.T)[None]
+    f_mean, f_var = latent(problem.X)
+    expected = padded_call(_expected_log_likelihood, problem.y, f_mean, f_var,
+                           likelihood=likelihood, num_quadrature=num_quadrature)
+    full_elbo = float(np.sum(expected) - kl)
+    draws = np.asarray(draws)[None]
     elapsed = time.perf_counter() - t0
 
     m = Z.shape[0]

@@ -10,25 +10,30 @@ and a Gaussian ``q(u) = N(mu, Sigma)``, in natural parameters ``eta1 = Sigma^{-1
 have marginals ``m_i = kappa_i mu`` and ``s_i = kappa_i Sigma kappa_i^T + Ktilde_ii``; nothing
 here forms an ``n x n`` matrix, so memory is ``O(b m + m^2)`` for a batch of ``b`` rows.
 
-Inducing locations: k-means with k-means++ seeding (default), a random subset of the inputs,
-or given by the user (and optionally optimised with the hyperparameters by the engines).
+Inducing locations: k-means with k-means++ seeding (default, :func:`kmeans`), a random subset of
+the inputs, or given by the user (and optionally optimised with the hyperparameters by the
+engines).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._checks import one_of, positive_int
+from .._shapes import bucket_size, pad_rows
 from ..data import check_X
 from ..kernels import DEFAULT_JITTER, Kernel
 
 __all__ = [
     "INDUCING_METHODS",
     "choose_inducing",
+    "kmeans",
     "InducingPrior",
     "inducing_prior",
     "Projection",
@@ -54,8 +59,8 @@ def choose_inducing(X, num_inducing: int, method: str = "kmeans", seed: int = 0,
     num_inducing : int
         ``m``; at most the number of distinct rows of ``X``.
     method : {"kmeans", "random"}
-        ``"kmeans"``: cluster centres of k-means with k-means++ seeding (scikit-learn, one
-        initialisation, fitted on at most ``max_points`` rows drawn without replacement);
+        ``"kmeans"``: the centres of :func:`kmeans` (greedy k-means++ seeding, then Lloyd's
+        iterations), fitted on at most ``max_points`` rows drawn without replacement;
         ``"random"``: ``m`` distinct rows of ``X``.
     seed : int
     """
@@ -68,13 +73,90 @@ def choose_inducing(X, num_inducing: int, method: str = "kmeans", seed: int = 0,
     rng = np.random.default_rng(seed)
     if method == "random":
         return X[np.sort(rng.choice(n, m, replace=False))].copy()
-    from sklearn.cluster import KMeans
-
     sample = X if n <= max_points else X[rng.choice(n, max_points, replace=False)]
     if m == sample.shape[0]:
         return sample.copy()
-    km = KMeans(n_clusters=m, init="k-means++", n_init=1, random_state=int(seed), max_iter=100)
-    return km.fit(sample).cluster_centers_.astype(np.float64)
+    return kmeans(sample, m, seed)
+
+
+KMEANS_MAX_ITER = 100
+"""Lloyd iterations of :func:`kmeans` at most (it stops earlier once no point changes cluster)."""
+
+
+def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndarray:
+    r"""k-means: greedy k-means++ seeding, then Lloyd's iterations; the centres ``(m, d)``.
+
+    Seeding (Arthur & Vassilvitskii 2007, with the greedy refinement scikit-learn uses): the
+    first centre is a uniformly drawn point; each next one is the best, by the resulting
+    potential :math:`\sum_i \min_j |x_i - c_j|^2`, of ``2 + floor(log m)`` candidates drawn with
+    probability proportional to the current squared distance. Lloyd's iterations then alternate
+    the assignment to the nearest centre (distances by one matrix product) and the means, until
+    no point changes cluster or ``max_iter``; an emptied cluster keeps its centre.
+
+    One compiled program per ``m`` and padded shape: the rows are padded to
+    ``_shapes.bucket_size`` with weight 0, so data sets of nearby sizes share it, and it
+    replaces scikit-learn's ``KMeans`` here only to spare a fit the import of scikit-learn and
+    SciPy's statistics (1.5 s of a new process).
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+    m : int
+        Number of centres (``<= n``).
+    seed : int
+    max_iter : int, default=KMEANS_MAX_ITER
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    rows = bucket_size(n)
+    weight = np.zeros(rows)
+    weight[:n] = 1.0
+    with jax.enable_x64(True):
+        key = jax.random.key(int(seed))
+        centres = _kmeans(key, jnp.asarray(pad_rows(X, rows)), jnp.asarray(weight), m,
+                          2 + int(np.log(m)), jnp.asarray(max_iter))
+        return np.asarray(centres, dtype=np.float64)
+
+
+def _sq_distances(X, C):
+    """``|x_i - c_j|^2`` for the rows of ``X (n, d)`` and ``C (k, d)``, clipped at 0."""
+    return jnp.maximum(
+        jnp.sum(X**2, axis=1)[:, None] - 2.0 * X @ C.T + jnp.sum(C**2, axis=1)[None, :], 0.0
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _kmeans(key, X, weight, m: int, trials: int, max_iter):
+    n, d = X.shape
+    k_first, k_rest = jax.random.split(key)
+    first = jax.random.choice(k_first, n, p=weight / jnp.sum(weight))
+    centres = jnp.zeros((m, d), X.dtype).at[0].set(X[first])
+    closest = _sq_distances(X, X[first][None])[:, 0] * weight
+
+    def seed_one(j, carry):
+        centres, closest = carry
+        p = closest / jnp.sum(closest)
+        cand = jax.random.choice(jax.random.fold_in(k_rest, j), n, (trials,), p=p)
+        d2 = jnp.minimum(closest[:, None], _sq_distances(X, X[cand]) * weight[:, None])
+        best = jnp.argmin(jnp.sum(d2, axis=0))
+        return centres.at[j].set(X[cand[best]]), d2[:, best]
+
+    centres, _ = jax.lax.fori_loop(1, m, seed_one, (centres, closest))
+
+    def assign(centres):
+        return jnp.argmin(_sq_distances(X, centres), axis=1)
+
+    def lloyd(carry):
+        it, centres, labels, _ = carry
+        counts = jax.ops.segment_sum(weight, labels, num_segments=m)
+        sums = jax.ops.segment_sum(X * weight[:, None], labels, num_segments=m)
+        centres = jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], centres)
+        new = assign(centres)
+        return it + 1, centres, new, jnp.any((new != labels) & (weight > 0))
+
+    carry = (jnp.zeros((), jnp.int32), centres, assign(centres), jnp.asarray(True))
+    _, centres, _, _ = jax.lax.while_loop(lambda c: (c[0] < max_iter) & c[3], lloyd, carry)
+    return centres
 
 
 class InducingPrior(NamedTuple):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve

@@ -42,11 +42,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 
 from ..._checks import positive_float, positive_int
 from ...api import register
-from ...data import Problem, design_matrix
+from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit

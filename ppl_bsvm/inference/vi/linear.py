@@ -41,7 +41,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ..._checks import boolean, positive_float, positive_int
 from ...api import register
-from ...data import Problem, design_matrix
+from ...data import Problem
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from .._common import check_gamma, gaussian_idata, linear_setup, mvn_draws

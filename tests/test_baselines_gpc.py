@@ -143,3 +143,19 @@ def test_draws_and_probabilities(small):
     assert np.array_equal(fit.predict(Xt), np.where(p >= 0.5, 1.0, -1.0))
     # the probit link of the same latent Gaussian is available on request
     assert not np.allclose(fit.predict_proba(Xt, link="probit"), p)
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "logit"])
+def test_parallel_and_sequential_ep_reach_the_same_fixed_point(small, likelihood):
+    X, y, _ = small
+    kernel = KERNEL
+    fits = {schedule: ppl_bsvm.fit(X, y, method="gpc", kernel=kernel, likelihood=likelihood,
+                                   schedule=schedule, tol=1e-14, num_draws=10)
+            for schedule in ("parallel", "sequential")}
+    a, b = (fits[s].idata["approximation"] for s in ("parallel", "sequential"))
+    np.testing.assert_allclose(a["f_mean"].values, b["f_mean"].values, atol=1e-7)
+    np.testing.assert_allclose(a["f_var"].values, b["f_var"].values, rtol=1e-6)
+    assert float(a["log_marginal_likelihood"]) == pytest.approx(
+        float(b["log_marginal_likelihood"]), rel=1e-10)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        ppl_bsvm.fit(X, y, method="gpc", kernel=kernel, schedule="random")

@@ -698,3 +698,22 @@ def test_sparse_nuts_with_inducing_points_at_the_data_matches_the_gp(curve, curv
     assert s["r_hat"].max() < 1.01
     Xt = np.array([[-1.0], [0.4]])
     assert np.all(np.abs(fit.predict_proba(Xt) - curve_fits["gibbs"].predict_proba(Xt)) < 0.02)
+
+
+def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
+    """rank_rhat and bulk_ess (computed without importing ArviZ in a fit) against ArviZ's
+    rhat and ess, on AR(1) chains with a shifted chain and tied values."""
+    import arviz as az
+
+    from ppl_bsvm.inference.mcmc._common import bulk_ess, rank_rhat
+
+    r = np.random.default_rng(0)
+    for chains, draws, rho in [(4, 1000, 0.5), (4, 1000, 0.95), (2, 300, 0.8), (4, 100, 0.0)]:
+        x = np.zeros((chains, draws, 3))
+        e = r.standard_normal((chains, draws, 3))
+        for t in range(1, draws):
+            x[:, t] = rho * x[:, t - 1] + e[:, t]
+        x[1] += 0.3
+        x[..., 2] = np.round(x[..., 2], 1)
+        np.testing.assert_allclose(rank_rhat(x), np.asarray(az.rhat(x)), rtol=1e-10)
+        np.testing.assert_allclose(bulk_ess(x), np.asarray(az.ess(x)), rtol=0.01)

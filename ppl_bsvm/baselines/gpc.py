@@ -20,9 +20,11 @@ is refined in turn: cavity ``tau_c = 1/Sigma_ii - tau_i``, ``nu_c = mu_i/Sigma_i
 tilted distribution ``p(y_i|f_i) N(f_i; nu_c/tau_c, 1/tau_c)`` is moment-matched (probit:
 closed form, GPML eq. 3.58; logit: derivatives of :math:`\log \hat Z_i = \log E[\sigma(y_i f)]`,
 ``mu_hat = mu_c + s_c^2 dlogZ/dmu_c``, ``s_hat^2 = s_c^2 + s_c^4 d^2logZ/dmu_c^2``), giving
-``tau_i = 1/s_hat^2 - tau_c``, ``nu_i = mu_hat/s_hat^2 - nu_c`` (optionally damped), and
-``Sigma`` gets the rank-one update of GPML Alg. 3.5. After each sweep ``Sigma`` is recomputed
-from ``B`` and the EP marginal likelihood (GPML eq. 3.65, written to be finite at
+``tau_i = 1/s_hat^2 - tau_c``, ``nu_i = mu_hat/s_hat^2 - nu_c`` (optionally damped). The
+default *parallel* schedule refines all sites from the same ``q(f)`` and refactorises once per
+sweep (level-3 BLAS, damped by 0.8); the *sequential* one is GPML Alg. 3.5, a rank-one update
+of ``Sigma`` after each site. After each sweep ``Sigma`` is recomputed from ``B`` and the EP
+marginal likelihood (GPML eq. 3.65, written to be finite at
 ``tau_i = 0``)
 
 .. math::
@@ -83,6 +85,7 @@ __all__ = [
     "laplace_step",
     "ep_init",
     "ep_step",
+    "ep_parallel_step",
     "tilted_moments",
     "ep_log_marginal",
 ]
@@ -259,6 +262,30 @@ def ep_step(state: EPState, data: GPCData, likelihood: str):
     return EPState(tau, nu, Sigma, mu, log_z), info
 
 
+def ep_parallel_step(state: EPState, data: GPCData, likelihood: str):
+    """One parallel sweep: every site refined from the same ``q(f)`` (its cavities from the
+    current marginals), damped, then ``Sigma`` from scratch.
+
+    The fixed points are those of the sequential sweep (a site is at its fixed point when its
+    tilted and ``q``'s marginal moments agree, whatever the order of the updates). The sweep
+    costs one factorisation and one triangular solve with ``n`` right-hand sides (level-3
+    BLAS), where the sequential one makes ``n`` rank-one updates of ``Sigma`` (level 2, memory
+    bound): 10 s against 0.1 s per sweep at ``n = 768`` on 2 cores.
+    """
+    tau_c, nu_c = _cavity(state.tau, state.nu, jnp.diag(state.Sigma), state.mu)
+    _, m_hat, v_hat = tilted_moments(likelihood, data.y, nu_c / tau_c, 1.0 / tau_c)
+    tau_new = jnp.maximum(1.0 / v_hat - tau_c, 0.0)
+    nu_new = m_hat / v_hat - nu_c
+    tau = (1.0 - data.damping) * state.tau + data.damping * tau_new
+    nu = (1.0 - data.damping) * state.nu + data.damping * nu_new
+    fac = _site_factor(data.K, tau)
+    Sigma = gaussian.posterior_cov(data.K, fac)
+    mu = Sigma @ nu
+    log_z = ep_log_marginal(likelihood, data, tau, nu, Sigma, mu, fac)
+    info = GPCInfo(log_z, relative_change(log_z, state.log_z))
+    return EPState(tau, nu, Sigma, mu, log_z), info
+
+
 def _converged(info: GPCInfo, tol):
     return info.delta <= tol
 
@@ -266,10 +293,12 @@ def _converged(info: GPCInfo, tol):
 # Module-level partials: ``run`` caches its compiled loop by step function.
 _STEPS = {
     (approx, lik): functools.partial(step, likelihood=lik)
-    for approx, step in (("laplace", laplace_step), ("ep", ep_step))
+    for approx, step in (("laplace", laplace_step), ("ep", ep_step),
+                         ("ep-parallel", ep_parallel_step))
     for lik in ("probit", "logit")
 }
-_INITS = {"laplace": laplace_init, "ep": ep_init}
+_INITS = {"laplace": laplace_init, "ep": ep_init, "ep-parallel": ep_init}
+SCHEDULES = ("parallel", "sequential")
 
 
 def _site_precision(approximation, likelihood, data, state):
@@ -303,7 +332,8 @@ def gpc(
     likelihood: str = "probit",
     max_iter: int = 100,
     tol: float = 1e-10,
-    damping: float = 1.0,
+    damping: float | None = None,
+    schedule: str = "parallel",
     jitter: float = DEFAULT_JITTER,
     num_draws: int = 1000,
     link: str | None = None,
@@ -318,8 +348,15 @@ def gpc(
         Newton steps (Laplace) or EP sweeps.
     tol : float, default=1e-10
         Stop when the relative change of the objective (``Psi`` or ``log Z_EP``) is below.
-    damping : float in (0, 1], default=1.0
-        EP site updates ``new = (1 - damping) old + damping proposed`` (1: undamped).
+    damping : float in (0, 1], optional
+        EP site updates ``new = (1 - damping) old + damping proposed`` (1: undamped). Default:
+        0.8 for the parallel schedule (undamped parallel EP can oscillate), 1 for the
+        sequential one.
+    schedule : {"parallel", "sequential"}, default="parallel"
+        EP's sweep: every site from the same ``q(f)`` then one refactorisation
+        (:func:`ep_parallel_step`, level-3 BLAS), or GPML Alg. 3.5's site-by-site rank-one
+        updates (:func:`ep_step`); the same fixed points, the parallel sweep 10-100x faster
+        for a few hundred points or more.
     jitter : float, default=1e-6
         Relative jitter of ``K``.
     num_draws : int, default=1000
@@ -338,6 +375,9 @@ def gpc(
     check_likelihood(likelihood)
     positive_int("max_iter", max_iter)
     tol = nonnegative_float("tol", tol)
+    one_of("schedule", schedule, SCHEDULES)
+    if damping is None:
+        damping = 0.8 if schedule == "parallel" else 1.0
     damping = positive_float("damping", damping)
     if damping > 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping!r}")
@@ -346,8 +386,9 @@ def gpc(
     t0 = time.perf_counter()
     setup = gp_setup(problem, kernel, jitter)
     data = GPCData(setup.K, setup.y, jnp.asarray(damping, dtype=setup.K.dtype))
-    step = _STEPS[(approximation, likelihood)]
-    result = run(step, _INITS[approximation](data), data, max_iter=max_iter, tol=tol, converged=_converged)
+    variant = "ep-parallel" if approximation == "ep" and schedule == "parallel" else approximation
+    result = run(_STEPS[(variant, likelihood)], _INITS[variant](data), data, max_iter=max_iter,
+                 tol=tol, converged=_converged)
     state = result.state
     precision = _site_precision(approximation, likelihood, data, state)
     fac = _site_factor(data.K, precision)

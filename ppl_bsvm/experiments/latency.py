@@ -18,8 +18,9 @@ RBF kernel of lengthscale ``sqrt(d)``, otherwise default options), each call bei
 and ``SVC`` with Platt scaling (``CalibratedClassifierCV(..., ensemble=False)``), timed the same
 way, and the times Wenzel et al. (2017) report per fold in Table 1 (on their machine). The
 samplers (``gibbs``, ``nuts``) run their default chains (4 x (1000 + 1000)) on Heart and
-4 x (250 + 250) on the larger sets, where a default run of the GP samplers takes minutes (its
-cost is the sampling, linear in the chain length; the latency of interest is the rest).
+2 x (100 + 100), timed once, on the larger sets, where a default run of the GP samplers takes
+minutes (its cost is the sampling, linear in the chain length; the latency of interest is the
+rest).
 
 Writes ``reports/latency/``: ``README.md``, ``results.csv``, ``results.json`` and
 ``latency.png``, with the load average of the machine before and after each data set.
@@ -47,7 +48,7 @@ SKLEARN = ("sklearn GPC (fixed kernel)", "sklearn GPC (optimised)", "sklearn SVC
 # Wenzel et al. (2017), Table 1: seconds per fold (their machine).
 PAPER = {"heart": {"svi": 0.34, "ecm": 2.2}, "pima": {"svi": 3.9, "ecm": 33.0},
          "german": {"svi": 12.0, "ecm": 80.0}}
-SMALL_CHAINS = {"num_warmup": 250, "num_samples": 250}
+SMALL_CHAINS = {"num_warmup": 100, "num_samples": 100, "num_chains": 2}
 OUT = Path("reports/latency")
 QUICK_ENGINES = ("gp/svi", "gp/ecm", "gp/vi", "gp/gpc", "linear/vi", "linear/gibbs")
 
@@ -121,15 +122,12 @@ def _burners(count: int = 2):
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
 
-def child(engine: str, name: str, repeats: int, loaded: bool) -> dict:
-    """Measure in this (new) process: import, first call, second calls, loaded calls."""
+def child(engine: str, name: str, repeats: int, loaded: bool, imported: float) -> dict:
+    """Measure in this (new) process: first call, second calls, loaded calls (``imported``:
+    the seconds the launcher spent importing the library, or scikit-learn's modules)."""
     import warnings
 
     warnings.simplefilter("ignore")  # short chains and capped runs warn; not measured here
-    t0 = time.perf_counter()
-    if engine not in SKLEARN:
-        import ppl_bsvm  # noqa: F401
-    imported = time.perf_counter() - t0
     X, y = _load(name)
     call = _call_for(engine, name, X)
     first = call(X, y)
@@ -155,10 +153,23 @@ def child(engine: str, name: str, repeats: int, loaded: bool) -> dict:
 # --- the parent: a new process per measurement ----------------------------------------------------
 
 
+_LAUNCHER = """
+import json, sys, time
+engine, name, repeats, loaded = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+start = time.perf_counter()
+if engine.startswith("sklearn"):
+    import sklearn.calibration, sklearn.gaussian_process, sklearn.svm
+else:
+    import ppl_bsvm
+imported = time.perf_counter() - start
+from ppl_bsvm.experiments.latency import child
+print(json.dumps(child(engine, name, repeats, loaded, imported)))
+"""
+
+
 def _run_child(engine, name, cache, repeats, loaded) -> dict:
     env = {**os.environ, "PPL_BSVM_CACHE_DIR": cache, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "ppl_bsvm.experiments.latency", "--child", engine, name,
-           "--repeats", str(repeats)] + ([] if loaded else ["--no-load"])
+    cmd = [sys.executable, "-c", _LAUNCHER, engine, name, str(repeats), "1" if loaded else "0"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"{engine} on {name} failed:\n{out.stderr[-2000:]}")
@@ -259,7 +270,7 @@ def write_report(rows, out: Path, loads: dict, elapsed: float, quick: bool) -> s
         "cold with an empty persistent cache, warm on the cache the cold run filled; second "
         "and loaded calls are medians of repeated calls in the warm process, loaded ones with "
         "two CPU-bound processes running. Samplers: 4 chains x (1000 + 1000) on Heart, "
-        "4 x (250 + 250) on the others.",
+        "2 x (100 + 100) on the others, timed once.",
         "",
         f"Machine: {machine_note()}.",
         "",
@@ -306,30 +317,37 @@ def main(argv=None) -> int:
                              "scikit-learn references")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--child", nargs=2, metavar=("ENGINE", "DATASET"), help=argparse.SUPPRESS)
-    parser.add_argument("--no-load", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the measurements OUT/partial.json already holds")
     args = parser.parse_args(argv)
-    if args.child:
-        result = child(args.child[0], args.child[1], args.repeats, not args.no_load)
-        print(json.dumps(result))
-        return 0
     names = args.datasets or (["heart"] if args.quick else list(DATASETS))
     chosen = args.engines or (list(QUICK_ENGINES) if args.quick else engines())
     chosen = chosen + [s for s in SKLEARN if s not in chosen]
     repeats = 1 if args.quick else args.repeats
     out = args.out or (OUT / "quick" if args.quick else OUT)
     start = time.perf_counter()
+    partial = out / "partial.json"
     rows, loads = [], {}
+    if args.resume and partial.exists():
+        saved = json.loads(partial.read_text())
+        rows, loads = saved["rows"], saved["load_average"]
+    done = {(r["dataset"], r["engine"]) for r in rows}
     for name in names:
-        loads[name] = {"before": os.getloadavg()[0]}
+        loads.setdefault(name, {"before": os.getloadavg()[0]})
         for engine in chosen:
-            row = measure(engine, name, repeats)
+            if (name, engine) in done:
+                continue
+            once = _sampler(engine) and name != "heart"
+            row = measure(engine, name, 1 if once else repeats)
             rows.append(row)
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"rows": rows, "load_average": loads}, default=float))
             print(f"{name:7s} {engine:28s} first cold {row['first_cold_s']:7.2f} warm "
                   f"{row['first_warm_s']:6.2f} second {row['second_s']:7.3f} loaded "
                   f"{row['loaded_s']:7.3f} ({row['loaded_ratio']:.2f}x)", flush=True)
         loads[name]["after"] = os.getloadavg()[0]
     print(write_report(rows, out, loads, time.perf_counter() - start, args.quick))
+    partial.unlink(missing_ok=True)
     return 0
 
 

@@ -177,21 +177,73 @@ def check_finite(samples: dict, sampler: str = "the sampler") -> None:
             )
 
 
+def _z_scale(x):
+    """Rank-normalised draws (Vehtari et al. 2021): the average rank of each value among all
+    ``C * D`` draws of its coordinate, back-transformed with Blom's offset,
+    ``Phi^-1((r - 3/8) / (C D + 1/4))``. ``x``: (C, D, K)."""
+    from scipy.special import ndtri
+
+    C, D, K = x.shape
+    flat = x.reshape(C * D, K)
+    ranks = np.empty_like(flat)
+    for k in range(K):  # average ranks of ties (NUTS repeats states)
+        column = flat[:, k]
+        order = np.sort(column)
+        ranks[:, k] = 0.5 * (np.searchsorted(order, column, "left")
+                             + np.searchsorted(order, column, "right") + 1)
+    return ndtri((ranks - 0.375) / (C * D + 0.25)).reshape(C, D, K)
+
+
+def _split(x):
+    """Each chain's first and second half as chains of their own. ``x``: (C, D, K)."""
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, -half:]], axis=0)
+
+
+def _rhat(x):
+    """Potential scale reduction of chains ``x (C, D, K)``, per coordinate."""
+    D = x.shape[1]
+    between = D * np.var(x.mean(axis=1), axis=0, ddof=1)
+    within = np.mean(np.var(x, axis=1, ddof=1), axis=0)
+    return np.sqrt((between / within + D - 1) / D)
+
+
+def rank_rhat(x):
+    """Rank-normalised split R-hat, the larger of the bulk and the folded (tail) one
+    (Vehtari et al. 2021; ArviZ's ``rhat``), per coordinate of ``x (chain, draw, K)``."""
+    x = _split(np.asarray(x, dtype=float))
+    folded = np.abs(x - np.median(x.reshape(-1, x.shape[-1]), axis=0))
+    return np.maximum(_rhat(_z_scale(x)), _rhat(_z_scale(folded)))
+
+
+def bulk_ess(x):
+    """Bulk effective sample size: Geyer's initial monotone sequence estimate on the
+    rank-normalised split chains (Vehtari et al. 2021; ArviZ's ``ess``), per coordinate of
+    ``x (chain, draw, K)``."""
+    from numpyro.diagnostics import effective_sample_size
+
+    return np.asarray(effective_sample_size(_z_scale(_split(np.asarray(x, dtype=float)))))
+
+
 def convergence_summary(samples: dict) -> dict:
-    """Largest R-hat and smallest bulk ESS over every coordinate of every site (ArviZ).
+    """Largest R-hat and smallest bulk ESS over every coordinate of every site.
 
-    R-hat needs two chains or more (NaN otherwise); constant coordinates are skipped.
+    :func:`rank_rhat` and :func:`bulk_ess` give ArviZ's rank-normalised diagnostics (tested
+    against it) without importing ArviZ in a fit (seconds of a new process). R-hat needs two
+    chains or more (NaN otherwise); constant coordinates are skipped.
     """
-    import arviz as az
-
     rhat, ess, worst = -np.inf, np.inf, None
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # ArviZ on one chain / constants
+        warnings.simplefilter("ignore", RuntimeWarning)  # one chain, constant coordinates
         for name, value in samples.items():
             value = np.asarray(value)
             flat = value.reshape(*value.shape[:2], -1)
-            r = np.asarray(az.rhat(flat), dtype=float).ravel()
-            e = np.asarray(az.ess(flat), dtype=float).ravel()
+            constant = np.ptp(flat.reshape(-1, flat.shape[-1]), axis=0) == 0
+            if flat.shape[1] < 4 or constant.all():
+                continue
+            flat = flat[..., ~constant]
+            r = rank_rhat(flat) if flat.shape[0] > 1 else np.full(flat.shape[-1], np.nan)
+            e = bulk_ess(flat)
             r, e = r[np.isfinite(r)], e[np.isfinite(e)]
             if r.size and r.max() > rhat:
                 rhat, worst = float(r.max()), name

@@ -216,10 +216,11 @@ def compile_seconds():
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
-def _kept(total_samples: int, done: int, n_new: int, thinning: int) -> np.ndarray:
-    """Which of ``n_new`` post-warmup iterations (numbered from ``done``) are kept: every
-    ``thinning``-th, aligned as NumPyro aligns them (the last of a run of ``total_samples``)."""
-    j = done + np.arange(n_new)
+def _kept(total_samples: int, done: int, j, thinning: int) -> np.ndarray:
+    """Which post-warmup iterations ``j`` (numbered from 0 in this run, after ``done`` earlier
+    ones) are kept: every ``thinning``-th, aligned as NumPyro aligns them (the last of a run of
+    ``total_samples`` is kept)."""
+    j = done + np.asarray(j)
     offset = total_samples % thinning
     return (j >= offset) & ((j - offset) % thinning == 0)
 
@@ -291,6 +292,7 @@ def sample_chains(
                     programs.check(state, data)
         else:
             states = _split_groups(resume.state, groups, per_group, parallel)
+        warmup = num_warmup if resume is None else 0
         pieces: list[list[dict]] = [[] for _ in range(groups)]
         enabled, context = _progress.current()
         with _progress.progress_bar(todo * groups, label or context or "sampling",
@@ -302,7 +304,12 @@ def sample_chains(
                     t0 = time.perf_counter()
                     state, buffer, n = programs.segment(state, data, min(limit, todo - ran))
                     n = int(np.max(n))
-                    pieces[g].append(jax.tree.map(lambda b, n=n: _host(b, n, parallel), buffer))
+                    # keep only what is kept: warmup dropped and thinned as the chains go
+                    j = ran + np.arange(n) - warmup  # post-warmup index of each iteration
+                    keep = (j >= 0) & _kept(num_samples, done, j, thinning)
+                    if keep.any():
+                        pieces[g].append(jax.tree.map(
+                            lambda b, n=n, keep=keep: _host(b, n, parallel)[:, keep], buffer))
                     ran += n
                     bar.update(n)
                     if shown and limit < SEGMENT:
@@ -310,8 +317,7 @@ def sample_chains(
                         limit = int(np.clip(_SEGMENT_SECONDS / max(per_it, 1e-9), 1, SEGMENT))
                 states[g] = state
         last = _join_groups(states, parallel)
-        fields = _assemble(pieces, num_warmup if resume is None else 0, num_samples, done,
-                           thinning)
+        fields = _assemble(pieces)
         elapsed = time.perf_counter() - start
     if resume is not None:
         fields = jax.tree.map(lambda old, new: np.concatenate([old, new], axis=1),
@@ -331,14 +337,11 @@ def _host(buffer, n: int, parallel: bool) -> np.ndarray:
     return np.swapaxes(np.asarray(buffer)[:n], 0, 1)
 
 
-def _assemble(pieces, warmup: int, num_samples: int, done: int, thinning: int):
-    """Concatenate the segments of each group of chains, stack the groups, drop warmup, thin."""
+def _assemble(pieces):
+    """Concatenate the kept iterations of each group of chains and stack the groups."""
     groups = [jax.tree.map(lambda *parts: np.concatenate(parts, axis=1), *group)
               for group in pieces]
-    joined = jax.tree.map(lambda *g: np.concatenate(g, axis=0)[:, warmup:], *groups)
-    n_new = jax.tree.leaves(joined)[0].shape[1]
-    keep = _kept(num_samples, done, n_new, thinning)
-    return jax.tree.map(lambda v: v[:, keep], joined)
+    return jax.tree.map(lambda *g: np.concatenate(g, axis=0), *groups)
 
 
 def _split_groups(state, groups: int, per_group: int, parallel: bool) -> list:

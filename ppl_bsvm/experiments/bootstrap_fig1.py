@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import ppl_bsvm
 from ppl_bsvm import bootstrap, datasets, kernels
 from ppl_bsvm.bootstrap import svm
 
@@ -333,7 +334,7 @@ def write_report(out, curves, field, speed, soft, meta):
         "## Speed: theory against a Monte-Carlo bootstrap of equal standard error (S = N)",
         "",
         "Theory: one `replica_tap` solve after compilation (the fixed point and all outputs), "
-        f"one process (OPENBLAS_NUM_THREADS={meta['blas_threads']}). Monte Carlo: wall time "
+        f"one process ({meta['blas_threads']} BLAS thread(s), ppl_bsvm's rule). Monte Carlo: wall time "
         f"per resample with `n_jobs={meta['n_jobs']}` worker processes. `B(1 %)` "
         "resamples give a standard error of 1 % of eps; `B(=dev)` give a standard error equal "
         "to the theory's deviation from the Monte Carlo (with fewer, the Monte Carlo is the "
@@ -470,7 +471,7 @@ def main(argv=None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f} at the end",
         "note": args.note,
         "n_jobs": args.n_jobs,
-        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+        "blas_threads": ppl_bsvm.get_num_threads(),
         "findings": findings(curves, field, speed, soft),
         "seconds": time.perf_counter() - start,
     }

@@ -22,6 +22,9 @@ samplers (``gibbs``, ``nuts``) run their default chains (4 x (1000 + 1000)) on H
 minutes (its cost is the sampling, linear in the chain length; the latency of interest is the
 rest).
 
+Last, the compile time of the largest programs (GP and linear Gibbs with line moves, S-BSVM
+learning its hyperparameters, and its inducing locations too): cold and warm, XLA's share.
+
 Writes ``reports/latency/``: ``README.md``, ``results.csv``, ``results.json`` and
 ``latency.png``, with the load average of the machine before and after each data set.
 """
@@ -150,6 +153,63 @@ def child(engine: str, name: str, repeats: int, loaded: bool, imported: float) -
     return out
 
 
+# --- compile time of the largest programs ----------------------------------------------------------
+
+LARGEST = {
+    "GP Gibbs, line moves (Heart)": {"model": "gp", "method": "gibbs", "num_samples": 50,
+                                      "num_warmup": 50},
+    "linear Gibbs, line moves (Heart)": {"model": "linear", "method": "gibbs",
+                                          "num_samples": 50, "num_warmup": 50},
+    "S-BSVM, hyperparameters learned (Heart)": {"model": "gp", "method": "svi",
+                                                "learn_hyperparameters": True, "max_iter": 50},
+    "S-BSVM, hyperparameters and Z learned (Heart)": {
+        "model": "gp", "method": "svi", "learn_hyperparameters": True, "learn_inducing": True,
+        "max_iter": 50},
+}
+
+_COMPILE_LAUNCHER = """
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+import jax, jax.monitoring
+import ppl_bsvm
+from ppl_bsvm import datasets, kernels
+seconds = {}
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, d, **_: seconds.__setitem__(event, seconds.get(event, 0.0) + d))
+X, y = datasets.load("heart", standardize=True)
+options = json.loads(sys.argv[1])
+if options["model"] != "linear":
+    options["kernel"] = kernels.RBF(lengthscale=X.shape[1] ** 0.5)
+start = time.perf_counter()
+ppl_bsvm.fit(X, y, **options)
+total = time.perf_counter() - start
+print(json.dumps({"total": total,
+                  "trace": seconds.get("/jax/core/compile/jaxpr_trace_duration", 0.0),
+                  "lower": seconds.get("/jax/core/compile/jaxpr_to_mlir_module_duration", 0.0),
+                  "xla": seconds.get("/jax/core/compile/backend_compile_duration", 0.0)}))
+"""
+
+
+def compile_times() -> list[dict]:
+    """Each of :data:`LARGEST` in a new process with an empty persistent cache (everything
+    compiled) and again in another one on the filled cache (programs loaded)."""
+    rows = []
+    for label, options in LARGEST.items():
+        with tempfile.TemporaryDirectory(prefix="ppl_bsvm_compile_") as cache:
+            env = {**os.environ, "PPL_BSVM_CACHE_DIR": cache}
+            runs = []
+            for _ in range(2):
+                out = subprocess.run([sys.executable, "-c", _COMPILE_LAUNCHER, json.dumps(options)],
+                                     env=env, capture_output=True, text=True, timeout=1800)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{label} failed:\n{out.stderr[-2000:]}")
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        rows.append({"program": label, "cold": runs[0], "warm": runs[1]})
+        print(f"{label:48s} cold: total {runs[0]['total']:.2f} s, XLA {runs[0]['xla']:.2f} s; "
+              f"warm: total {runs[1]['total']:.2f} s, XLA {runs[1]['xla']:.2f} s", flush=True)
+    return rows
+
+
 # --- the parent: a new process per measurement ----------------------------------------------------
 
 
@@ -247,14 +307,16 @@ def _plot(df, path):
     plt.close(fig)
 
 
-def write_report(rows, out: Path, loads: dict, elapsed: float, quick: bool) -> str:
+def write_report(rows, out: Path, loads: dict, elapsed: float, quick: bool,
+                 compiled: list[dict] | None = None) -> str:
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(out / "results.csv", index=False)
-    (out / "results.json").write_text(json.dumps({"rows": rows, "load_average": loads},
-                                                 indent=1, default=float) + "\n")
+    (out / "results.json").write_text(json.dumps(
+        {"rows": rows, "load_average": loads, "compile": compiled or []}, indent=1, default=float
+    ) + "\n")
     _plot(df, out / "latency.png")
 
     def fmt(v, digits=3):
@@ -295,6 +357,25 @@ def write_report(rows, out: Path, loads: dict, elapsed: float, quick: bool) -> s
         misses = _targets(sub.to_dict("records"))
         text += (["Targets missed:", "", *misses, ""] if misses
                  else ["Every target met on this data set.", ""])
+    if compiled:
+        text += [
+            "## Compile time of the largest programs",
+            "",
+            "A fit in a new process with an empty persistent cache (cold: everything traced, "
+            "lowered and compiled by XLA) and in another one on the cache the first filled "
+            "(warm: XLA's work loaded from disk). Short runs (50 iterations or draws), so the "
+            "totals are mostly compilation.",
+            "",
+            markdown_table(
+                ["program", "cold: total [s]", "cold: XLA compile [s]", "warm: total [s]",
+                 "warm: trace + lower + load [s]"],
+                [[c["program"], f"{c['cold']['total']:.2f}", f"{c['cold']['xla']:.2f}",
+                  f"{c['warm']['total']:.2f}",
+                  f"{c['warm']['trace'] + c['warm']['lower'] + c['warm']['xla']:.2f}"]
+                 for c in compiled],
+            ),
+            "",
+        ]
     text += [
         "Targets: second call of every GP engine except the samplers at most 0.1 s or 3x "
         "scikit-learn's fixed-kernel GPC, whichever is larger; first call with the cache warm "
@@ -346,7 +427,8 @@ def main(argv=None) -> int:
                   f"{row['first_warm_s']:6.2f} second {row['second_s']:7.3f} loaded "
                   f"{row['loaded_s']:7.3f} ({row['loaded_ratio']:.2f}x)", flush=True)
         loads[name]["after"] = os.getloadavg()[0]
-    print(write_report(rows, out, loads, time.perf_counter() - start, args.quick))
+    compiled = [] if args.quick else compile_times()
+    print(write_report(rows, out, loads, time.perf_counter() - start, args.quick, compiled))
     partial.unlink(missing_ok=True)
     return 0
 

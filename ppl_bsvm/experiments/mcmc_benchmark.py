@@ -29,9 +29,10 @@ events: lowering, compilation and the tracing of the sampling loop), so the figu
 steady-state costs; the compile time is reported separately. ESS is ArviZ's bulk ESS of every
 coordinate of ``beta`` (or ``f``) pooled over chains; "ESS/s" divides it by the sampling
 time and "ESS/s (warmup incl.)" by warmup plus sampling time (what a run really costs
-beyond compilation). BLAS is limited to one thread (``--blas-threads``): with more threads
-than free cores OpenBLAS spin-waits and LAPACK calls become up to a hundred times slower,
-which would measure the machine's load rather than the samplers.
+beyond compilation). BLAS runs on one thread (``--blas-threads``, passed to
+:func:`ppl_bsvm.set_num_threads`): with more threads than free cores OpenBLAS spin-waits and
+LAPACK calls become up to a hundred times slower, which would measure the machine's load rather
+than the samplers.
 """
 
 from __future__ import annotations
@@ -329,7 +330,6 @@ def write_report(rows, env: dict, out: Path) -> None:
     (out / "results.md").write_text("\n".join(text))
 
 
-@entry_point
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small problems, few draws")
@@ -346,29 +346,36 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.warmup, args.draws, args.chains = 200, 300, 2
+    previous = ppl_bsvm.set_num_threads(args.blas_threads)
+    try:
+        _run(args)
+    finally:
+        ppl_bsvm.set_num_threads(previous)
+    print(f"wrote {args.out}/results.md")
+    return 0
+
+
+@entry_point
+def _run(args) -> None:
+    if args.quick:
         problems = [linear_problem(200, 5, args.seed), gp_problem(60, args.seed)]
     else:
         problems = [linear_problem(1000, 20, args.seed), gp_problem(300, args.seed)]
     if args.only:
         problems = [p for p in problems if p[0] == args.only]
-    from threadpoolctl import threadpool_limits
-
     env = _environment(args)
     rows = []
-    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
-        for problem in problems:
-            for sampler in SAMPLERS:
-                chain_method = args.chain_method or ("sequential" if sampler == "nuts" else "vectorized")
-                row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,
-                              chains=args.chains, chain_method=chain_method, seed=args.seed)
-                rows.append(row)
-                print(f"{row['model']:7s} {row['sampler']:36s} {row['ms_per_draw']:8.3f} ms/draw  "
-                      f"ESS min {row['ess_min']:7.0f} median {row['ess_median']:7.0f}  "
-                      f"R-hat {row['rhat_max']:.4f}  ESS/s min {row['ess_per_s_min']:8.0f}  "
-                      f"compile {row['compile_s']:.1f} s", flush=True)
+    for problem in problems:
+        for sampler in SAMPLERS:
+            chain_method = args.chain_method or ("sequential" if sampler == "nuts" else "vectorized")
+            row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,
+                          chains=args.chains, chain_method=chain_method, seed=args.seed)
+            rows.append(row)
+            print(f"{row['model']:7s} {row['sampler']:36s} {row['ms_per_draw']:8.3f} ms/draw  "
+                  f"ESS min {row['ess_min']:7.0f} median {row['ess_median']:7.0f}  "
+                  f"R-hat {row['rhat_max']:.4f}  ESS/s min {row['ess_per_s_min']:8.0f}  "
+                  f"compile {row['compile_s']:.1f} s", flush=True)
     write_report(rows, env, args.out)
-    print(f"wrote {args.out}/results.md")
-    return 0
 
 
 if __name__ == "__main__":

@@ -107,16 +107,48 @@ class _NoBar:
         return False
 
 
+class _Bar(_NoBar):
+    """A tqdm bar that starts at the end of the first update.
+
+    The first update of a run follows its first segment, which includes compiling the
+    program (seconds, against milliseconds per later segment): counted, it made tqdm show
+    an ETA of an hour for a run of seconds. So that segment only advances the starting
+    count; the bar and its clock begin after it."""
+
+    def __init__(self, **kwargs):
+        self._kwargs = kwargs
+        self._bar = None
+
+    def update(self, n=1):
+        if self._bar is None:
+            kwargs = self._kwargs
+            self._bar = _tqdm_class()(**{**kwargs, "initial": kwargs["initial"] + n})
+        else:
+            self._bar.update(n)
+
+    def set_postfix_str(self, s="", refresh=True):
+        if self._bar is not None:
+            self._bar.set_postfix_str(s, refresh)
+
+    def set_description_str(self, desc=None, refresh=True):
+        if self._bar is not None:
+            self._bar.set_description_str(desc, refresh)
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+
+
 def progress_bar(total: int, desc: str, enabled: bool | None = None, *, unit: str = "it",
                  initial: int = 0):
     """A tqdm bar (a context manager with ``update``, ``set_postfix_str``), or one that does
-    nothing when ``enabled`` is False, or None and nobody is watching (module doc)."""
+    nothing when ``enabled`` is False, or None and nobody is watching (module doc). The bar
+    starts after its first update (:class:`_Bar`)."""
     if enabled is None:
         enabled = _interactive()
     if not enabled:
         return _NoBar()
-    tqdm = _tqdm_class()
-    return tqdm(total=total, desc=desc, unit=unit, initial=initial, delay=DELAY,
+    return _Bar(total=total, desc=desc, unit=unit, initial=initial, delay=DELAY,
                 dynamic_ncols=True, leave=False)
 
 

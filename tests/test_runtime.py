@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import jax
@@ -233,6 +234,20 @@ def test_progress_bars_are_shown_when_asked(monkeypatch):
 @pytest.mark.parametrize("progress_bar, env", [(False, {}), (None, {"CI": "true"})])
 def test_no_progress_bar_when_turned_off_or_nobody_watches(monkeypatch, progress_bar, env):
     assert _run_with_progress(monkeypatch, progress_bar, **env) == ""
+
+
+def test_progress_bar_clock_starts_after_the_first_segment():
+    """The first update (the segment that compiled) only moves the starting count, so the
+    rate and ETA come from the compiled segments."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        bar = _progress.progress_bar(100, "x", True, initial=5)
+        before = time.time()
+        bar.update(1)
+        inner = bar._bar
+        assert inner.n == 6 and inner.start_t >= before
+        bar.update(10)
+        assert inner.n == 16
+        bar.close()
 
 
 def test_progress_bar_option_is_checked(toy2d):

@@ -7,7 +7,7 @@ from ._runtime import enable_compilation_cache as _enable_compilation_cache
 from ._runtime import get_num_threads, set_num_threads
 from .api import fit, list_methods, resume
 from .compare import compare, report
-from .exceptions import ConvergenceWarning, DivergenceWarning
+from .exceptions import ConvergenceWarning, DivergenceWarning, InsufficientMemoryError
 from .result import Fit, load
 
 _enable_compilation_cache()
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConvergenceWarning",
     "DivergenceWarning",
+    "InsufficientMemoryError",
     "Fit",
     "compare",
     "fit",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CHUNK", "padded_size", "bucket_size", "pad_rows", "padded_call"]
+__all__ = ["CHUNK", "BUCKET_MAX_ROWS", "padded_size", "bucket_size", "pad_rows", "padded_call"]
 
 CHUNK = 2048
 """Rows of test inputs per call of a compiled predictive function."""
@@ -24,15 +24,21 @@ def padded_size(n: int) -> int:
     return max(8, 1 << max(n - 1, 0).bit_length())
 
 
+BUCKET_MAX_ROWS = 1 << 20
+"""Beyond this many rows training data are not padded: the padded copy would cost more memory
+than a compilation costs time."""
+
+
 def bucket_size(n: int) -> int:
     """Rows an engine pads ``n`` training rows to, so that data sets of nearby sizes (the folds
     of a cross-validation, say) share compiled programs: ``n`` rounded up to a multiple of
-    ``2^(floor(log2 n) - 3)``, i.e. at most an eighth more rows (``n`` itself up to 16).
+    ``2^(floor(log2 n) - 3)``, i.e. at most an eighth more rows (``n`` itself up to 16 and
+    beyond :data:`BUCKET_MAX_ROWS`).
 
-    >>> [bucket_size(n) for n in (10, 242, 243, 256, 257, 5000)]
-    [10, 256, 256, 256, 288, 5120]
+    >>> [bucket_size(n) for n in (10, 242, 243, 256, 257, 5000, 5_000_000)]
+    [10, 256, 256, 256, 288, 5120, 5000000]
     """
-    if n <= 16:
+    if n <= 16 or n > BUCKET_MAX_ROWS:
         return n
     step = 1 << (n.bit_length() - 4)
     return -(-n // step) * step

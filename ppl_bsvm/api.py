@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from . import _progress
+from . import _memory, _progress
 from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
@@ -53,19 +53,23 @@ class Engine(NamedTuple):
     uses_kernel: bool
     summary: str
     budget: str | None  # the option that counts iterations, for engines that can resume
+    memory: Callable | None = None  # (n, d, options) -> working bytes, see _memory
 
 
 _REGISTRY: dict[tuple[str, str], Engine] = {}
 _loaded = False
 
 
-def register(method: str, models, *, uses_kernel: bool = True, budget: str | None = None):
+def register(method: str, models, *, uses_kernel: bool = True, budget: str | None = None,
+             memory: Callable | None = None):
     """Decorator registering an engine for ``method`` under each of ``models``.
 
     The engine's docstring's first line is its one-line description in ``list_methods``.
     ``budget`` names the option counting the engine's iterations (``"max_iter"``,
     ``"num_samples"``) when the engine can resume: it then takes a keyword ``resume`` (an
     earlier ``Fit`` of the same engine, or None) and continues that fit's ``checkpoint``.
+    ``memory(n, d, options)`` estimates the engine's working memory in bytes beyond the
+    inputs (``_memory``), so that a fit that cannot fit fails before it starts.
     """
     models = (models,) if isinstance(models, str) else tuple(models)
 
@@ -76,7 +80,8 @@ def register(method: str, models, *, uses_kernel: bool = True, budget: str | Non
                 raise ValueError(f"unknown model {model!r} in register; valid: {MODELS}")
             if budget is not None and "resume" not in inspect.signature(fn).parameters:
                 raise ValueError(f"engine {fn.__name__} has a budget but no 'resume' argument")
-            _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget)
+            _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget,
+                                                memory)
         return fn
 
     return decorate
@@ -208,10 +213,11 @@ def fit(
     """
     start = time.perf_counter()
     engine = get_engine(model, method)
+    resolved = _check_options(engine, options)
+    _check_memory(engine, X, resolved)
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
     progress_bar = _progress.check_progress_bar(progress_bar)
-    resolved = _check_options(engine, options)
     every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
     if engine.uses_kernel:
         kernel = get_kernel("rbf" if kernel is None else kernel)
@@ -332,6 +338,24 @@ def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: di
             "segments keep the draws an uninterrupted run keeps"
         )
     return every
+
+
+def _check_memory(engine, X, resolved) -> None:
+    """Fail before any work (and before ``check_X`` copies ``X``) when the fit cannot fit in
+    memory (``_memory.check_fit``)."""
+    shape = getattr(X, "shape", None)
+    if shape is None or len(shape) != 2:
+        return  # lists and malformed input: check_X converts and reports them
+    n, d = int(shape[0]), int(shape[1])
+    try:
+        working = 0 if engine.memory is None else int(engine.memory(n, d, resolved))
+    except (TypeError, ValueError):
+        return  # invalid options: the engine's own checks name them
+    dense = engine.memory is not None and getattr(engine.memory, "dense", False)
+    hint = (f"method={engine.method!r} forms n x n matrices; for large n use method='svi' "
+            "(S-BSVM, memory linear in n)" if dense else "")
+    _memory.check_fit(f"fit(model={engine.model!r}, method={engine.method!r})", n, d, working,
+                      hint)
 
 
 def _run_engine(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,

@@ -1,12 +1,13 @@
-"""Warnings ppl_bsvm emits when a result may not be what the user asked for.
+"""Warnings ppl_bsvm emits when a result may not be what the user asked for, and its errors
+beyond ``ValueError``.
 
-Both are ``UserWarning`` subclasses, so ``warnings.simplefilter("error", ConvergenceWarning)``
+The warnings are ``UserWarning`` subclasses, so ``warnings.simplefilter("error", ConvergenceWarning)``
 turns them into errors and ``"ignore"`` silences them.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceWarning", "DivergenceWarning", "warn_max_iter"]
+__all__ = ["ConvergenceWarning", "DivergenceWarning", "InsufficientMemoryError", "warn_max_iter"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -17,6 +18,12 @@ class ConvergenceWarning(UserWarning):
 
 class DivergenceWarning(UserWarning):
     """NUTS reported divergent transitions: the draws may be biased."""
+
+
+class InsufficientMemoryError(MemoryError, ValueError):
+    """A fit needs more memory than the machine has available, raised before any work
+    (``ppl_bsvm._memory``). A ``MemoryError`` (what it is) and a ``ValueError`` (what the
+    library raises for input it cannot handle), so either ``except`` catches it."""
 
 
 def warn_max_iter(what: str, max_iter: int, tol, *, option: str = "max_iter",

@@ -8,6 +8,7 @@ import pytest
 import ppl_bsvm
 from ppl_bsvm import kernels
 from ppl_bsvm.inference.vi._svi import (
+    batch_order,
     batches_init,
     estimate_init,
     estimate_push,
@@ -19,10 +20,11 @@ from ppl_bsvm.inference.vi._svi import (
 @pytest.mark.parametrize("size, n, batch", [(10, 10, 3), (16, 11, 4), (16, 11, 11), (9, 9, 9)])
 def test_every_epoch_visits_every_point_once_and_never_the_padding(size, n, batch):
     with jax.enable_x64(True):
-        state = batches_init(jax.random.key(3), size, n)
+        order = batch_order(jax.random.key(4), size, n)
+        state = batches_init(jax.random.key(3), order, n)
         stream = []
         for _ in range(40):
-            idx, state = next_batch(state, batch, n)
+            idx, state = next_batch(state, order, batch, n)
             stream.append(np.asarray(idx))
     stream = np.concatenate(stream)
     epochs = stream[: (len(stream) // n) * n].reshape(-1, n)

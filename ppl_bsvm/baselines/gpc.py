@@ -58,6 +58,7 @@ from jax.scipy.special import log_ndtr
 
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
 from .._idata import make_idata
+from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
 from ..inference import gaussian
@@ -322,7 +323,7 @@ def _gp_dims():
     }
 
 
-@register("gpc", ("gp",))
+@register("gpc", ("gp",), memory=dense_bytes(4))
 def gpc(
     problem: Problem,
     *,
@@ -447,7 +448,7 @@ def gpc(
     )
 
 
-@register("gpc_sklearn", ("gp",))
+@register("gpc_sklearn", ("gp",), memory=dense_bytes(4))
 def gpc_sklearn(
     problem: Problem,
     *,

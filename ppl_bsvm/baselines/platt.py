@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from .._checks import positive_float, positive_int
+from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
 from ..kernels import Kernel
@@ -36,7 +37,7 @@ from ._common import ScorePredictor, fit_idata, kernel_matrix, sklearn_seed
 __all__ = ["platt"]
 
 
-@register("platt", ("gp",))
+@register("platt", ("gp",), memory=dense_bytes(2))
 def platt(
     problem: Problem,
     *,

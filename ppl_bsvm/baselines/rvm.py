@@ -72,6 +72,7 @@ from scipy.special import expit, log_expit
 
 from .._checks import boolean, one_of, positive_float, positive_int
 from .._idata import make_idata
+from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
 from ..inference._common import APPROX_GROUP
@@ -430,7 +431,7 @@ def _split_active(result: RVMResult, N: int):
     return rel, has_bias
 
 
-@register("rvm", ("gp",))
+@register("rvm", ("gp",), memory=dense_bytes(3))
 def rvm(
     problem: Problem,
     *,

@@ -120,6 +120,7 @@ from numpyro.util import is_prng_key
 
 from ... import models
 from ..._checks import boolean, open_interval, positive_float
+from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel, gram
@@ -1517,7 +1518,7 @@ def gibbs_linear(
     )
 
 
-@register("gibbs", ("gp",), budget="num_samples")
+@register("gibbs", ("gp",), budget="num_samples", memory=dense_bytes(4))
 def gibbs_gp(
     problem: Problem,
     *,

@@ -23,6 +23,7 @@ from numpyro.infer import NUTS
 
 from ... import models
 from ..._checks import boolean, positive_float, positive_int
+from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel
@@ -277,7 +278,7 @@ def _posterior_kernel_params(kernel, params, samples, names):
     return models.kernel_params_with(kernel, params, medians)
 
 
-@register("nuts", ("gp",), budget="num_samples")
+@register("nuts", ("gp",), budget="num_samples", memory=dense_bytes(3))
 def nuts_gp(
     problem: Problem,
     *,

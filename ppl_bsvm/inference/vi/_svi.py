@@ -17,10 +17,16 @@ Alg. 1 omits)
 and the natural-gradient step is ``eta <- (1 - rho) eta + rho eta_hat``. With the full batch
 and ``rho = 1`` this is one sweep of batch coordinate ascent.
 
-Minibatches are drawn without replacement: a stream of independent permutations of
-``0..n-1`` is cut into consecutive batches, a batch straddling two permutations where one ends,
-so every epoch (``n`` consecutive stream positions) visits every point exactly once. Drawing
-costs ``O(|S|)`` per step plus one ``O(n)`` permutation per epoch.
+Minibatches are drawn without replacement: a stream of permutations of ``0..n-1`` is cut into
+consecutive batches, a batch straddling two permutations where one ends, so every epoch (``n``
+consecutive stream positions) visits every point exactly once. The permutation of epoch ``e``
+is ``i -> order[(a_e i + c_e) mod n]``: ``order`` one uniformly random permutation drawn at the
+start (:class:`BatchOrder`, kept with the data), ``a_e`` a random multiplier coprime to ``n`` and
+``c_e`` a random offset, so the map is a bijection and, ``order`` being uniform, every batch is
+a uniformly random set of points that no earlier batch of its epoch contained. Drawing costs
+``O(|S|)`` per step and the sampler's state is five scalars: an ``n``-vector in the state
+(a fresh permutation per epoch) was copied by XLA at every step (1.5 ms a step at
+``n = 5 x 10^6``, against 0.006 ms without it).
 
 **Stopping in epochs** (:class:`ElboEstimate`). Each step already has the batch's latent
 marginals under the current ``q``, hence each point's data term of the collapsed ELBO
@@ -50,10 +56,15 @@ from ..._checks import positive_float, positive_int
 from . import elbo as elbo_mod
 
 __all__ = [
+    "BatchOrder",
+    "batch_order",
     "Batches",
     "batches_init",
     "next_batch",
+    "BatchStatistics",
+    "batch_statistics",
     "NaturalTarget",
+    "target_from_statistics",
     "natural_target",
     "natural_gradient",
     "gaussian_from_precision",
@@ -67,24 +78,46 @@ __all__ = [
 ]
 
 
+MULTIPLIERS = 256
+"""Candidate multipliers of the epochs' affine maps (:class:`BatchOrder`)."""
+
+
+class BatchOrder(NamedTuple):
+    """What the minibatch stream reads besides its state (kept with the data, never carried
+    through the loop: module docstring).
+
+    Attributes
+    ----------
+    order : (N,) int32
+        A random permutation of the ``n`` points in its first ``n`` entries (``N >= n`` rows
+        when the data are padded; the padding rows are never drawn).
+    multipliers : (MULTIPLIERS,) int64
+        Multipliers ``a`` coprime to ``n`` (1 where a drawn candidate was not).
+    """
+
+    order: jnp.ndarray
+    multipliers: jnp.ndarray
+
+
 class Batches(NamedTuple):
-    """Minibatch sampler state: a stream of permutations (module docstring).
+    """Minibatch sampler state: scalars only (module docstring).
 
     Attributes
     ----------
     key : PRNG key
-    perm : (N,) int32
-        The current epoch's permutation of the ``n`` points in its first ``n`` entries (``N >= n``
-        rows when the data are padded; the padding rows are never drawn).
-    next_perm : (N,) int32
-        The next epoch's, which a batch straddling the end of ``perm`` continues into.
-    pos : () int32
-        Index into ``perm`` of the next batch's first point.
+    a, c : () int64
+        The current epoch's map ``i -> order[(a i + c) mod n]``.
+    next_a, next_c : () int64
+        The next epoch's, which a batch straddling the end of the epoch continues into.
+    pos : () int64
+        Stream position of the next batch's first point within the current epoch.
     """
 
     key: jnp.ndarray
-    perm: jnp.ndarray
-    next_perm: jnp.ndarray
+    a: jnp.ndarray
+    c: jnp.ndarray
+    next_a: jnp.ndarray
+    next_c: jnp.ndarray
     pos: jnp.ndarray
 
 
@@ -95,30 +128,53 @@ def _permutation(key, size: int, n):
     return jnp.argsort(u).astype(jnp.int32)
 
 
-def batches_init(key, size: int, n=None) -> Batches:
-    """Sampler over ``n`` points (default ``size``) of arrays with ``size`` rows."""
+def batch_order(key, size: int, n=None) -> BatchOrder:
+    """The :class:`BatchOrder` of ``n`` points (default ``size``) of arrays with ``size`` rows."""
     n = size if n is None else n
+    k_order, k_mult = jax.random.split(key)
+    n64 = jnp.asarray(n, jnp.int64)
+    candidates = jax.random.randint(k_mult, (MULTIPLIERS,), 1, jnp.maximum(n64, 2),
+                                    dtype=jnp.int64)
+    return BatchOrder(_permutation(k_order, size, n),
+                      jnp.where(jnp.gcd(candidates, n64) == 1, candidates, 1))
+
+
+def _epoch_map(key, order: BatchOrder, n):
+    k_a, k_c = jax.random.split(key)
+    a = order.multipliers[jax.random.randint(k_a, (), 0, order.multipliers.shape[0])]
+    return a, jax.random.randint(k_c, (), 0, jnp.asarray(n, jnp.int64), dtype=jnp.int64)
+
+
+def batches_init(key, order: BatchOrder, n=None) -> Batches:
+    """Sampler over the ``n`` points of ``order`` (default all its rows)."""
+    n = order.order.shape[0] if n is None else n
     key, first, second = jax.random.split(key, 3)
-    return Batches(key, _permutation(first, size, n), _permutation(second, size, n),
-                   jnp.zeros((), jnp.int32))
+    a, c = _epoch_map(first, order, n)
+    next_a, next_c = _epoch_map(second, order, n)
+    return Batches(key, a, c, next_a, next_c, jnp.zeros((), jnp.int64))
 
 
-def next_batch(batches: Batches, batch_size: int, n=None):
+def next_batch(batches: Batches, order: BatchOrder, batch_size: int, n=None):
     """Indices ``(batch_size,)`` of the next minibatch of the ``n`` points (``batch_size <= n``;
-    default all rows) and the new state."""
-    size = batches.perm.shape[0]
-    n = size if n is None else n
-    q = batches.pos + jnp.arange(batch_size, dtype=jnp.int32)
-    idx = jnp.where(q < n, batches.perm[jnp.minimum(q, size - 1)],
-                    batches.next_perm[jnp.clip(q - n, 0, size - 1)])
-
-    def next_epoch(b):
-        key, sub = jax.random.split(b.key)
-        return Batches(key, b.next_perm, _permutation(sub, size, n), b.pos + batch_size - n)
-
-    batches = jax.lax.cond(batches.pos + batch_size >= n, next_epoch,
-                           lambda b: b._replace(pos=b.pos + batch_size), batches)
-    return idx, batches
+    default all rows) and the new state. No branch and no array in the state: a branch over a
+    carried ``n``-vector made XLA copy it at every step (1.5 ms a step at n = 5 x 10^6)."""
+    n = order.order.shape[0] if n is None else n
+    n = jnp.asarray(n, jnp.int64)
+    q = batches.pos + jnp.arange(batch_size, dtype=jnp.int64)
+    this = (batches.a * q + batches.c) % n
+    after = (batches.next_a * jnp.maximum(q - n, 0) + batches.next_c) % n
+    idx = order.order[jnp.where(q < n, this, after)]
+    key, sub = jax.random.split(batches.key)
+    fresh_a, fresh_c = _epoch_map(sub, order, n)
+    wrap = batches.pos + batch_size >= n
+    return idx, Batches(
+        key,
+        jnp.where(wrap, batches.next_a, batches.a),
+        jnp.where(wrap, batches.next_c, batches.c),
+        jnp.where(wrap, fresh_a, batches.next_a),
+        jnp.where(wrap, fresh_c, batches.next_c),
+        jnp.where(wrap, batches.pos + batch_size - n, batches.pos + batch_size),
+    )
 
 
 def gaussian_from_precision(eta1, prec):
@@ -133,6 +189,27 @@ def latent_marginals(Phi, ktilde, mean, chol_prec):
     return Phi @ mean, jnp.sum(V**2, axis=0) + ktilde
 
 
+class BatchStatistics(NamedTuple):
+    """Sums over a minibatch that the natural-gradient target needs (unscaled): ``g1 =
+    Phi_S^T Y_S (1 + alpha_S^{-1/2})`` (k,), ``G2 = Phi_S^T A_S^{-1/2} Phi_S`` (k, k), and per
+    point the optimal ``alpha`` (eq. 11) and the data term of the collapsed ELBO. Sums over
+    disjoint parts of a batch add, which is what data-parallel steps use (``psum``)."""
+
+    g1: jnp.ndarray
+    G2: jnp.ndarray
+    alpha: jnp.ndarray
+    terms: jnp.ndarray
+
+
+def batch_statistics(Phi, m, s, y, gamma) -> BatchStatistics:
+    """:class:`BatchStatistics` of rows ``Phi (b, k)`` with latent marginals ``m``, ``s`` under
+    the current ``q``."""
+    alpha = elbo_mod.optimal_alpha(m, s, y)
+    root = jnp.sqrt(alpha)
+    return BatchStatistics(Phi.T @ (y * (1.0 + 1.0 / root)), (Phi.T * (1.0 / root)) @ Phi,
+                           alpha, elbo_mod.collapsed_data_term(m, s, y, gamma))
+
+
 class NaturalTarget(NamedTuple):
     """``eta1_hat (k,)``, ``prec_hat = -2 eta2_hat (k, k)``, the batch's ``alpha (b,)`` and its
     points' data terms of the collapsed ELBO under the current ``q`` (``terms (b,)``, unscaled)."""
@@ -143,16 +220,19 @@ class NaturalTarget(NamedTuple):
     terms: jnp.ndarray
 
 
+def target_from_statistics(stats: BatchStatistics, prior_prec, scale, gamma) -> NaturalTarget:
+    """``eta1_hat = c gamma g1``, ``prec_hat = P0 + c gamma G2`` (module docstring)."""
+    prec_hat = prior_prec + scale * gamma * stats.G2
+    return NaturalTarget(scale * gamma * stats.g1, 0.5 * (prec_hat + prec_hat.T), stats.alpha,
+                         stats.terms)
+
+
 def natural_target(Phi, ktilde, y, prior_prec, eta1, prec, scale, gamma) -> NaturalTarget:
     """Intermediate natural parameters from a minibatch (module docstring)."""
     mean, chol = gaussian_from_precision(eta1, prec)
     m, s = latent_marginals(Phi, ktilde, mean, chol)
-    alpha = (1.0 - y * m) ** 2 + s
-    root = jnp.sqrt(alpha)
-    eta1_hat = scale * gamma * (Phi.T @ (y * (1.0 + 1.0 / root)))
-    prec_hat = prior_prec + scale * gamma * (Phi.T * (1.0 / root)) @ Phi
-    terms = elbo_mod.collapsed_data_term(m, s, y, gamma)
-    return NaturalTarget(eta1_hat, 0.5 * (prec_hat + prec_hat.T), alpha, terms)
+    return target_from_statistics(batch_statistics(Phi, m, s, y, gamma), prior_prec, scale,
+                                  gamma)
 
 
 def natural_gradient(target: NaturalTarget, eta1, prec):

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..._checks import nonnegative_float, positive_float, positive_int
+from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel, gram
@@ -174,7 +175,7 @@ def _converged(info: BBSVMInfo, tol):
     return info.delta <= tol
 
 
-@register("vi", ("gp",))
+@register("vi", ("gp",), memory=dense_bytes(4))
 def bbsvm(
     problem: Problem,
     *,

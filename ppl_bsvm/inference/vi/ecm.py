@@ -45,6 +45,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from ..._checks import positive_float, positive_int
+from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
 from ...kernels import DEFAULT_JITTER, Kernel
@@ -215,7 +216,7 @@ def _check_common(max_iter, tol, eps, num_draws, link, gamma):
     return check_gamma(gamma)
 
 
-@register("ecm", ("gp",))
+@register("ecm", ("gp",), memory=dense_bytes(4))
 def ecm_gp(
     problem: Problem,
     *,

@@ -50,7 +50,9 @@ from ..loop import relative_change, run
 from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
+    BatchOrder,
     Batches,
+    batch_order,
     ElboEstimate,
     batches_init,
     check_svi_options,
@@ -96,6 +98,8 @@ class LinearData(NamedTuple):
     period : () int32
         Stream positions per period of SVI's stopping rule (``check_every`` epochs; unused by
         batch VI).
+    order : BatchOrder or None
+        SVI's fixed random order of the minibatch stream (``_svi``); None for batch VI.
     """
 
     Xd: jnp.ndarray
@@ -104,6 +108,7 @@ class LinearData(NamedTuple):
     learn: jnp.ndarray
     scale: jnp.ndarray
     period: jnp.ndarray
+    order: BatchOrder | None = None
 
 
 class LinearVIState(NamedTuple):
@@ -259,6 +264,9 @@ def _svi_target(data: LinearData, idx, eta1, prec, log_s):
     )
 
 
+_batch_order = jax.jit(batch_order, static_argnums=1)
+
+
 def svi_init(key, data: LinearData, log_prior_scale, rate, batch_size: int) -> LinearSVIState:
     """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch gradients."""
     return _svi_init(key, data, jnp.asarray(log_prior_scale, data.Xd.dtype), rate, batch_size)
@@ -270,10 +278,10 @@ def _svi_init(key, data: LinearData, log_s, rate, batch_size: int):
     dtype = data.Xd.dtype
     eta1 = jnp.zeros(p, dtype)
     prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
-    batches = batches_init(key, n)
+    batches = batches_init(key, data.order, n)
     grads = []
     for _ in range(rate.num_init):
-        idx, batches = next_batch(batches, batch_size)
+        idx, batches = next_batch(batches, data.order, batch_size)
         target = _svi_target(data, idx, eta1, prec, log_s)
         grads.append(natural_gradient(target, eta1, prec)[2])
     rate_state = rate.init(jnp.stack(grads) if grads else None)
@@ -286,7 +294,7 @@ def make_svi_step(rate, batch_size: int, elbo_every: int | None, hyper_every: in
     """The SVI ``step(state, data)`` for static settings (cached, so the compiled loop is reused)."""
 
     def step(state: LinearSVIState, data: LinearData):
-        idx, batches = next_batch(state.batches, batch_size)
+        idx, batches = next_batch(state.batches, data.order, batch_size)
         target = _svi_target(data, idx, state.eta1, state.prec, state.log_prior_scale)
         d1, dP, g = natural_gradient(target, state.eta1, state.prec)
         rho, rate_state = rate.update(g, state.rate, state.count)
@@ -328,10 +336,10 @@ def _check(prior_scale, intercept, gamma, learn, max_iter, tol, num_draws, link)
     return positive_float("prior_scale", prior_scale), check_gamma(gamma)
 
 
-def _data(setup, gamma, learn, scale=1.0, period=0) -> LinearData:
+def _data(setup, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
     return LinearData(
         setup.Xd, setup.y, jnp.asarray(gamma), jnp.asarray(learn), jnp.asarray(float(scale)),
-        jnp.asarray(period, jnp.int32),
+        jnp.asarray(period, jnp.int32), order,
     )
 
 
@@ -487,9 +495,10 @@ def linear_svi(
     )
     t0 = time.perf_counter()
     setup = linear_setup(problem, intercept)
-    data = _data(setup, gamma, learn_hyperparameters, n / batch_size,
-                 period_points(n, batch_size, check_every))
     k_init, k_draws = jax.random.split(key)
+    data = _data(setup, gamma, learn_hyperparameters, n / batch_size,
+                 period_points(n, batch_size, check_every),
+                 _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
     state = None
     if previous is None:

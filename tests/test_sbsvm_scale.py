@@ -1,0 +1,140 @@
+"""S-BSVM's large-data path: batch statistics, default batch size, devices, memory checks."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppl_bsvm
+from ppl_bsvm import _memory, kernels
+from ppl_bsvm.inference.vi import sbsvm
+from ppl_bsvm.inference.vi._svi import gaussian_from_precision
+
+KERNEL = kernels.RBF(lengthscale=1.1, variance=1.4)
+
+
+@pytest.mark.parametrize("b", [5, 60])  # few rows per inducing point (solves), many (inverses)
+def test_batch_marginals_both_forms_match_the_definition(b):
+    """``m_i = psi_i^T m_v``, ``s_i = psi_i^T P^{-1} psi_i + k_ii - |psi_i|^2`` with
+    ``psi_i = L^{-1} k_mi``, computed densely with inverses in numpy."""
+    with jax.enable_x64(True):
+        r = np.random.default_rng(0)
+        m = 12
+        Z, Xb = r.standard_normal((m, 3)), r.standard_normal((b, 3))
+        params = KERNEL.init_params()
+        chol_K = sbsvm._chol_Kmm(KERNEL, params, jnp.asarray(Z), 1e-6)
+        A = r.standard_normal((m, m))
+        prec = A @ A.T + m * np.eye(m)
+        eta1 = r.standard_normal(m)
+        mean, chol_P = gaussian_from_precision(jnp.asarray(eta1), jnp.asarray(prec))
+        PsiT, m_f, s_f = sbsvm._batch_marginals(KERNEL, params, jnp.asarray(Z), chol_K, mean,
+                                                chol_P, jnp.asarray(Xb))
+        Kmb = np.asarray(KERNEL.K(params, jnp.asarray(Z), jnp.asarray(Xb)))
+        psi = np.linalg.solve(np.asarray(chol_K), Kmb)
+        cov = np.linalg.inv(prec)
+        np.testing.assert_allclose(PsiT, psi, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(m_f, psi.T @ np.linalg.solve(prec, eta1), rtol=1e-9)
+        kdiag = np.full(b, 1.4)
+        expected = np.einsum("ib,ij,jb->b", psi, cov, psi) + kdiag - np.sum(psi**2, 0)
+        np.testing.assert_allclose(s_f, expected, rtol=1e-8)
+
+
+def test_default_batch_size_is_the_papers_up_to_50000_then_500_steps_per_epoch():
+    assert sbsvm.default_batch_size(60) == 60
+    assert sbsvm.default_batch_size(5000) == 100
+    assert sbsvm.default_batch_size(50_000) == 100
+    assert sbsvm.default_batch_size(1_000_000) == 2000
+    assert sbsvm.default_batch_size(5_000_000) == 10_000
+    assert sbsvm.default_batch_size(10**9) == 20_000
+
+
+def test_default_tol_loosens_beyond_100000_points():
+    assert sbsvm.default_tol(100_000) == 1e-4
+    assert sbsvm.default_tol(100_001) == 1e-3
+
+
+def test_bad_devices_and_batch_multiple(toy2d):
+    X, y = toy2d
+    with pytest.raises(ValueError, match="devices=5 but JAX has"):
+        ppl_bsvm.fit(X, y, model="gp", method="svi", devices=5)
+    with pytest.raises(ValueError, match="devices must be"):
+        ppl_bsvm.fit(X, y, model="gp", method="svi", devices="gpu")
+    fit = ppl_bsvm.fit(X, y, model="gp", method="svi", devices=1, num_inducing=8, max_iter=30,
+                       num_draws=10)
+    assert fit.options["devices"] == 1
+
+
+_PARALLEL = textwrap.dedent("""
+    import json, warnings
+    warnings.simplefilter("ignore")
+    import jax, numpy as np, ppl_bsvm
+    from ppl_bsvm import datasets
+    assert len(jax.local_devices()) == 2, jax.local_devices()
+    X, y = datasets.load("banana", standardize=True)
+    X, y = X[:1000], y[:1000]
+    out = {}
+    for k in (1, 2):
+        f = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=16, batch_size=200,
+                         devices=k, learn_hyperparameters=True, learn_inducing=True,
+                         hyper_every=3, max_iter=40, num_draws=10, seed=0)
+        a = f.idata["approximation"]
+        out[k] = {"u_mean": a["u_mean"].values.tolist(), "u_cov": a["u_cov"].values.tolist(),
+                  "Z": a["Z"].values.tolist(), "f_mean": a["f_mean"].values.tolist(),
+                  "lengthscale": f.trace["lengthscale"].tolist(),
+                  "devices": f.options["devices"]}
+    try:
+        ppl_bsvm.fit(X, y, model="gp", method="svi", batch_size=101, devices=2)
+    except ValueError as err:
+        out["error"] = str(err)
+    print(json.dumps(out))
+""")
+
+
+def test_data_parallel_steps_equal_the_one_device_run():
+    """Two host devices (a new process: the device count is fixed when JAX starts): the
+    minibatch rows split over both, hyperparameters and inducing locations learned; every
+    iterate agrees with the one-device run to 1e-10."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    proc = subprocess.run([sys.executable, "-c", _PARALLEL], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    one, two = out["1"], out["2"]
+    assert (one["devices"], two["devices"]) == (1, 2)
+    for name in ("u_mean", "u_cov", "Z", "f_mean", "lengthscale"):
+        a, b = np.asarray(one[name]), np.asarray(two[name])
+        assert np.max(np.abs(a - b)) <= 1e-10 * max(1.0, np.max(np.abs(a))), name
+    assert "batch_size=101 is not a multiple of the 2 devices" in out["error"]
+
+
+def test_a_fit_that_cannot_fit_in_memory_fails_before_it_starts(monkeypatch):
+    """Dense engines at n = 10^6 (8 TB per n x n matrix) and S-BSVM on more data than the
+    machine has: a clear error naming the sizes, raised before X is even converted."""
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 4 * 10**9)
+
+    class Huge:  # only its shape is read before the check
+        shape = (1_000_000, 18)
+
+        def __array__(self, *args, **kwargs):
+            raise AssertionError("X was converted before the memory check")
+
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError, match=r"n x n matrices.*method='svi'"):
+        ppl_bsvm.fit(Huge(), np.ones(3), model="gp", method="vi")
+    with pytest.raises(ValueError, match=r"\(1000000, 18\) needs about .* only 4.0 GB"):
+        ppl_bsvm.fit(Huge(), np.ones(3), model="gp", method="ecm")
+    Huge.shape = (50_000_000, 18)  # 7.2 GB of float64 inputs, twice
+    with pytest.raises(MemoryError, match="method='svi'"):
+        ppl_bsvm.fit(Huge(), np.ones(3), model="gp", method="svi")
+
+
+def test_memory_estimate_leaves_ordinary_fits_alone(toy2d):
+    X, y = toy2d
+    need = _memory.input_bytes(*X.shape) + sbsvm._working_memory(*X.shape, {})
+    assert need < 10**7
+    assert _memory.available_bytes() is None or _memory.available_bytes() > need

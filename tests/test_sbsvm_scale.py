@@ -54,6 +54,12 @@ def test_default_batch_size_is_the_papers_up_to_50000_then_500_steps_per_epoch()
     assert sbsvm.default_batch_size(10**9) == 20_000
 
 
+def test_hyperparameter_steps_use_at_most_2048_rows_of_the_batch():
+    rate = sbsvm.schedules.as_rate("robbins_monro")
+    assert sbsvm._hyper_rows(sbsvm.Config(KERNEL, rate, 100)) == 100
+    assert sbsvm._hyper_rows(sbsvm.Config(KERNEL, rate, 10_000)) == 2048
+
+
 def test_default_tol_loosens_beyond_100000_points():
     assert sbsvm.default_tol(100_000) == 1e-4
     assert sbsvm.default_tol(100_001) == 1e-3

@@ -365,14 +365,30 @@ def _statistics(config: Config, params, Z, chol_Kmm, mean, chol_P, Xb, yb, gamma
     )(params, Z, chol_Kmm, mean, chol_P, Xb, yb, gamma)
 
 
+HYPER_MAX_ROWS = 2048
+"""Rows of the minibatch a hyperparameter gradient uses at most (:func:`_hyper_rows`)."""
+
+
+def _hyper_rows(config: Config) -> int:
+    """The first ``min(|S|, HYPER_MAX_ROWS)`` rows of the (random) minibatch, a multiple of the
+    devices: an unbiased estimate of the ELBO's gradient that stays precise for a few
+    hyperparameters, at a fraction of a large batch's cost (on 5 x 10^6 points in batches of
+    10,000 the full-batch gradient added 3 ms to an 11 ms step)."""
+    k = 1 if config.mesh is None else config.mesh.size
+    return min(config.batch_size, max(k, HYPER_MAX_ROWS // k * k))
+
+
 def _hyper_objective(hp, config: Config, Z_fixed, data: SBSVMData, idx, mean, chol_P):
     """Minibatch estimate of the collapsed ELBO's data part as a function of the
-    hyperparameters (KL to ``N(0, I)`` does not depend on them for fixed ``q(v)``)."""
+    hyperparameters (KL to ``N(0, I)`` does not depend on them for fixed ``q(v)``), from the
+    first :func:`_hyper_rows` rows of the batch ``idx``."""
     params, Z = hp if config.learn_inducing else (hp, Z_fixed)
+    rows = _hyper_rows(config)
+    idx = idx[:rows]
     chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
     st = _statistics(config, params, Z, chol, mean, chol_P, data.X[idx], data.y[idx],
                      data.gamma)
-    return data.scale * jnp.sum(st.terms)
+    return data.scale * (config.batch_size / rows) * jnp.sum(st.terms)
 
 
 def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
@@ -662,7 +678,9 @@ def _sbsvm(
         number of hyperparameter steps. The default decays as ``0.05 (1 + k / 50)^-1/2`` so that
         the minibatch noise of the hyperparameter gradient does not keep them wandering.
     hyper_every : int, default=10
-        Natural-gradient steps per hyperparameter step (the paper alternates 10 and 1).
+        Natural-gradient steps per hyperparameter step (the paper alternates 10 and 1). Each
+        hyperparameter step uses at most the first 2048 rows of the minibatch
+        (``HYPER_MAX_ROWS``).
     max_iter : int, default=20000
         Minibatch steps at most.
     tol : float, optional

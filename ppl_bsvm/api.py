@@ -197,6 +197,15 @@ def fit(
     -------
     Fit
 
+    Raises
+    ------
+    ValueError
+        For invalid data or options (the message names the argument).
+    InsufficientMemoryError
+        Before any work, when the inputs' copies and the engine's working memory exceed the
+        memory available (``ppl_bsvm._memory``); a subclass of ``MemoryError`` and of
+        ``ValueError``.
+
     Warns
     -----
     ConvergenceWarning

@@ -34,6 +34,18 @@ def test_every_epoch_visits_every_point_once_and_never_the_padding(size, n, batc
     assert not all(np.array_equal(epochs[0], e) for e in epochs[1:])  # reshuffled
 
 
+def test_epoch_multipliers_are_coprime_to_n():
+    """Every epoch's map i -> (a i + c) mod n is a bijection: a is drawn among the candidates
+    coprime to n only (n = 2^3 3^2 5 7 has many that are not)."""
+    n = 2520
+    with jax.enable_x64(True):
+        order = batch_order(jax.random.key(0), n)
+        k = int(order.coprime)
+        a = np.asarray(order.multipliers)
+    assert 1 <= k < len(a)
+    assert np.all(np.gcd(a[:k], n) == 1) and not np.any(np.gcd(a[k:], n) == 1)
+
+
 def test_estimate_of_whole_epochs_is_the_sum_of_the_terms():
     r = np.random.default_rng(0)
     n, batch = 23, 5

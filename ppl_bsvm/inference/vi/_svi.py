@@ -92,11 +92,14 @@ class BatchOrder(NamedTuple):
         A random permutation of the ``n`` points in its first ``n`` entries (``N >= n`` rows
         when the data are padded; the padding rows are never drawn).
     multipliers : (MULTIPLIERS,) int64
-        Multipliers ``a`` coprime to ``n`` (1 where a drawn candidate was not).
+        Random candidates for the multiplier ``a``, those coprime to ``n`` first.
+    coprime : () int64
+        How many are (at least 1: the candidate 1 always is).
     """
 
     order: jnp.ndarray
     multipliers: jnp.ndarray
+    coprime: jnp.ndarray
 
 
 class Batches(NamedTuple):
@@ -134,14 +137,15 @@ def batch_order(key, size: int, n=None) -> BatchOrder:
     k_order, k_mult = jax.random.split(key)
     n64 = jnp.asarray(n, jnp.int64)
     candidates = jax.random.randint(k_mult, (MULTIPLIERS,), 1, jnp.maximum(n64, 2),
-                                    dtype=jnp.int64)
-    return BatchOrder(_permutation(k_order, size, n),
-                      jnp.where(jnp.gcd(candidates, n64) == 1, candidates, 1))
+                                    dtype=jnp.int64).at[-1].set(1)
+    ok = jnp.gcd(candidates, n64) == 1
+    return BatchOrder(_permutation(k_order, size, n), candidates[jnp.argsort(~ok, stable=True)],
+                      jnp.sum(ok).astype(jnp.int64))
 
 
 def _epoch_map(key, order: BatchOrder, n):
     k_a, k_c = jax.random.split(key)
-    a = order.multipliers[jax.random.randint(k_a, (), 0, order.multipliers.shape[0])]
+    a = order.multipliers[jax.random.randint(k_a, (), 0, order.coprime, dtype=jnp.int64)]
     return a, jax.random.randint(k_c, (), 0, jnp.asarray(n, jnp.int64), dtype=jnp.int64)
 
 

@@ -128,8 +128,8 @@ class SBSVMData(NamedTuple):
         ``n / |S|``.
     period : () int32
         Stream positions per period of the stopping rule (``check_every`` epochs).
-    order : BatchOrder
-        The minibatch stream's fixed random order (``_svi``).
+    order : BatchOrder, optional
+        The minibatch stream's fixed random order (``_svi``); only the step reads it.
     """
 
     X: jnp.ndarray
@@ -139,7 +139,7 @@ class SBSVMData(NamedTuple):
     jitter: jnp.ndarray
     scale: jnp.ndarray
     period: jnp.ndarray
-    order: BatchOrder
+    order: BatchOrder | None = None
 
 
 class SBSVMState(NamedTuple):

@@ -25,13 +25,15 @@ def peak_rss_mb() -> float:
 def machine_note() -> str:
     """Platform, Python, cores, the load average now, and the library's thread setting."""
     from ppl_bsvm import get_num_threads
+    from ppl_bsvm._runtime import PARALLEL_MIN_SIZE
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return (
         f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) at the end "
-        f"of the run, ppl_bsvm's default threads ({get_num_threads()} BLAS thread per call on "
-        "problems of this size)"
+        f"of the run, ppl_bsvm's default threads ({get_num_threads()} BLAS thread per call, "
+        f"{get_num_threads(PARALLEL_MIN_SIZE)} in factorisations of {PARALLEL_MIN_SIZE} rows or "
+        "more)"
     )
 
 

@@ -29,6 +29,7 @@ from . import _memory, _progress
 from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
+from ._serial import Unsaved
 from .data import Problem, check_X_y
 from .exceptions import warn_max_iter
 from .kernels import get_kernel
@@ -297,7 +298,15 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
         )
     progress_bar = _progress.check_progress_bar(progress_bar)
     _check_options(engine, options)
-    free = {engine.budget}
+    unsaved = {k for k, v in previous.options.items() if isinstance(v, Unsaved)}
+    missing = sorted(unsaved - set(options))
+    if missing:
+        raise ValueError(
+            f"option(s) {missing} of the saved fit were not data (a Python callable, saved as "
+            f"its repr {previous.options[missing[0]]!r}) and were not saved; pass them again, "
+            f"e.g. resume(..., {missing[0]}=...)"
+        )
+    free = {engine.budget} | unsaved
     for name, value in options.items():
         if name not in free and not _same(value, previous.options.get(name)):
             raise ValueError(

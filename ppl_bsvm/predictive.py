@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from ._serial import data_object
 from ._shapes import padded_call
 
 __all__ = [
@@ -120,6 +121,7 @@ def _expected_normalized_link(mean, var, gamma):
     return jnp.where(sd > 0, total, normalized_link(mean, gamma))
 
 
+@data_object
 class GaussianPredictor:
     """Predictions from a Gaussian latent predictive ``q(f*) = N(mean(X), var(X))``.
 
@@ -152,6 +154,7 @@ class GaussianPredictor:
         return mean + np.sqrt(np.maximum(var, 0.0)) * z
 
 
+@data_object
 class MixturePredictor:
     """Predictions from posterior draws: ``f* | draw s ~ N(m_s(X), v_s(X))``.
 

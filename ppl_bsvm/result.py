@@ -1,21 +1,29 @@
 """The one result type every engine returns, and how it is saved and loaded.
 
-A :class:`Fit` pickles with the standard :mod:`pickle` (and so with joblib, multiprocessing and
-scikit-learn's model persistence): its predictor closes over the engine's arrays in local JAX
-functions, so the fields are serialised by ``cloudpickle`` inside the pickle and loaded back in
-float64. :meth:`Fit.save` writes a directory::
+:meth:`Fit.save` writes a directory of data, no code::
 
     path/
         posterior.nc   the ArviZ tree (posterior, sample_stats, approximation, ...) as netCDF:
                        readable without ppl_bsvm (``xarray.open_datatree``)
-        fit.pkl        everything else: predictor, kernel and its fitted hyperparameters,
-                       labels, options, trace, engine state and resume checkpoint
+        fit.json       everything else as JSON: predictor (which latent-predictive function of
+                       the library, its kernel and settings), kernel and its fitted
+                       hyperparameters, labels, options, trace, engine state and resume
+                       checkpoint, their arrays named by key
+        arrays.npz     those arrays (``numpy.savez``; read with ``allow_pickle=False``)
         meta.json      format version, library versions, method and model
 
-and :func:`load` reads it back; predictions of the loaded fit are identical to the original's.
-``fit.pkl`` is a pickle: load only directories you trust, and with the versions of ppl_bsvm,
-JAX and Python that wrote them (``load`` warns on a mismatch; the netCDF file stays readable
-regardless).
+and :func:`load` reads it back, executing nothing from the files (``ppl_bsvm._serial`` lists
+what it rebuilds); predictions of the loaded fit are identical to the original's. What is
+not data is not saved: a baseline's scikit-learn estimator in ``Fit.state`` and a user's
+callable among the options come back as :class:`ppl_bsvm._serial.Unsaved` placeholders (their
+``repr``). A fit with a custom kernel class loads once that class's module is imported.
+
+Directories saved by ppl_bsvm before format 2 held a pickle (``fit.pkl``), which runs code
+when loaded: they are refused, with how to re-create them.
+
+In memory, a :class:`Fit` pickles with the standard :mod:`pickle` (and so with joblib,
+multiprocessing and scikit-learn's model persistence), fields through ``cloudpickle``, loaded
+back in float64.
 """
 
 from __future__ import annotations
@@ -38,10 +46,13 @@ from .data import BinaryLabels, check_X
 
 __all__ = ["Fit", "STOP_REASONS", "load"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _POSTERIOR_FILE = "posterior.nc"
-_FIELDS_FILE = "fit.pkl"
+_FIELDS_FILE = "fit.json"
+_ARRAYS_FILE = "arrays.npz"
 _META_FILE = "meta.json"
+_UNSAVED_OK = ("options", "state")
+"""Fields whose values that are not data are saved as placeholders instead of refused."""
 _NETCDF_ENGINE = "h5netcdf"
 
 STOP_REASONS = ("tol", "max_iter", "draws")
@@ -146,9 +157,10 @@ class Fit:
         Path
             ``path``.
         """
-        import cloudpickle
+        from ._serial import to_bytes
 
         path = Path(path)
+        fields_json, arrays_npz = to_bytes(self._fields(with_idata=False), lenient=_UNSAVED_OK)
         if path.exists():
             if not _is_saved_fit(path):
                 raise ValueError(
@@ -165,7 +177,8 @@ class Fit:
         tmp.mkdir()
         try:
             self.idata.to_netcdf(tmp / _POSTERIOR_FILE, engine=_NETCDF_ENGINE)
-            (tmp / _FIELDS_FILE).write_bytes(cloudpickle.dumps(self._fields(with_idata=False)))
+            (tmp / _FIELDS_FILE).write_bytes(fields_json)
+            (tmp / _ARRAYS_FILE).write_bytes(arrays_npz)
             (tmp / _META_FILE).write_text(json.dumps(_meta(self), indent=1) + "\n")
             old = None
             if path.exists():
@@ -312,9 +325,10 @@ def _unpickle_fit(payload: bytes) -> Fit:
 def load(path) -> Fit:
     """Read a fit written by :meth:`Fit.save`.
 
-    Only load directories you trust: ``fit.pkl`` is a pickle. A fit saved by other versions of
-    ppl_bsvm, JAX or Python is loaded with a warning (pickled JAX functions may not survive a
-    version change; ``posterior.nc`` always opens with ``xarray.open_datatree``).
+    Nothing in the directory is executed: the fit is rebuilt from JSON and arrays, and only the
+    library's own types are (module doc). A fit saved by other versions of ppl_bsvm, JAX or
+    Python is loaded with a warning; ``posterior.nc`` always opens with
+    ``xarray.open_datatree``. A directory of the old pickle format is refused.
 
     Parameters
     ----------
@@ -334,6 +348,13 @@ def load(path) -> Fit:
             "version); save one with Fit.save(path)"
         )
     meta = json.loads((path / _META_FILE).read_text())
+    if meta["format"] == 1:
+        raise ValueError(
+            f"{str(path)!r} was saved by an earlier ppl_bsvm in format 1, whose fit.pkl is a "
+            "pickle that runs code when loaded; this version does not open it. Re-create the "
+            "fit with ppl_bsvm.fit on the same data and options and save it again (its "
+            f"posterior stays readable with xarray.open_datatree('{_POSTERIOR_FILE}'))"
+        )
     if meta["format"] != FORMAT_VERSION:
         raise ValueError(
             f"{str(path)!r} was saved in format {meta['format']}; this ppl_bsvm reads format "
@@ -349,7 +370,13 @@ def load(path) -> Fit:
             UserWarning,
             stacklevel=2,
         )
+    from ._serial import from_bytes
+
+    fields = from_bytes((path / _FIELDS_FILE).read_bytes(), (path / _ARRAYS_FILE).read_bytes())
+    names = {f.name for f in dataclasses.fields(Fit)} - {"idata"}
+    if set(fields) != names:
+        raise ValueError(f"{str(path)!r}: malformed {_FIELDS_FILE} (fields "
+                         f"{sorted(set(fields) ^ names)} missing or unknown)")
     with xr.open_datatree(path / _POSTERIOR_FILE, engine=_NETCDF_ENGINE) as tree:
         idata = tree.load()
-    fields = _loads_fields((path / _FIELDS_FILE).read_bytes())
     return Fit(idata=idata, **fields)

@@ -207,3 +207,96 @@ def test_resume_refuses_what_would_not_give_the_same_run(small, tmp_path):
                      checkpoint=tmp_path / "c", checkpoint_every=15)
     with pytest.raises(ValueError, match="not a saved ppl_bsvm Fit"):
         ppl_bsvm.resume(tmp_path / "nothing", X, y)
+
+
+class _Payload:
+    """Pickling this runs ``touch <marker>``: what a crafted ``fit.pkl`` would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_load_executes_nothing_from_the_saved_directory(small, tmp_path):
+    fit = _fit(small, "gp", "vi", {})
+    path = fit.save(tmp_path / "f")
+    marker = tmp_path / "ran"
+    assert not (path / "fit.pkl").exists()
+    assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "fit.json", "meta.json",
+                                                      "posterior.nc"]
+    # a pickle dropped into a saved fit is never read
+    (path / "fit.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    loaded = ppl_bsvm.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(small[2]), fit.predict_proba(small[2]))
+    # nor are pickles inside the array file
+    np.save(path / "evil.npy", np.array([_Payload(marker)], dtype=object), allow_pickle=True)
+    (path / "arrays.npz").write_bytes(_npz_with(path / "arrays.npz", path / "evil.npy"))
+    with pytest.raises(ValueError, match="malformed saved fit"):
+        ppl_bsvm.load(path)
+    # a fit.json naming a function or a class outside the library is refused, not called
+    fit.save(path, overwrite=True)
+    original = (path / "fit.json").read_text()
+    for node in (
+        {"t": "function", "name": "posix:system"},
+        {"t": "namedtuple", "cls": "posix:system", "v": [f"touch {marker}"]},
+        {"t": "dataclass", "cls": "subprocess:Popen", "v": {"args": ["touch", str(marker)]}},
+        {"t": "object", "cls": "subprocess:Popen", "v": {}},
+        {"t": "namedtuple", "cls": "os:terminal_size", "v": [1, 2]},
+    ):
+        tree = json.loads(original)
+        tree["options"] = node
+        (path / "fit.json").write_text(json.dumps(tree))
+        with pytest.raises(ValueError, match="saved fit names"):
+            ppl_bsvm.load(path)
+    assert not marker.exists()
+
+
+def _npz_with(npz_path, npy_path) -> bytes:
+    """``npz_path``'s archive with ``npy_path`` replacing its first array."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(npz_path) as old, zipfile.ZipFile(buffer, "w") as new:
+        names = old.namelist()
+        new.writestr(names[0], npy_path.read_bytes())
+        for name in names[1:]:
+            new.writestr(name, old.read(name))
+    return buffer.getvalue()
+
+
+def test_a_directory_of_the_old_pickle_format_is_refused_unread(small, tmp_path):
+    path = _fit(small, "gp", "vi", {}).save(tmp_path / "old")
+    marker = tmp_path / "ran"
+    (path / "fit.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "format": 1}))
+    with pytest.raises(ValueError, match=r"format 1.*runs code.*Re-create the fit"):
+        ppl_bsvm.load(path)
+    assert not marker.exists()
+
+
+def test_a_callable_option_is_saved_as_a_placeholder_and_asked_for_on_resume(small, tmp_path):
+    from ppl_bsvm._serial import Unsaved
+
+    X, y, Xt = small
+
+    def rate(count):
+        return 0.5 / (1.0 + count) ** 0.6
+
+    options = {"max_iter": 40, "elbo_every": 10, "tol": 1e-12, "learning_rate": rate}
+    whole = _fit(small, "gp", "svi", {**options, "max_iter": 60})
+    part = _fit(small, "gp", "svi", options)
+    loaded = ppl_bsvm.load(part.save(tmp_path / "part"))
+    assert isinstance(loaded.options["learning_rate"], Unsaved)
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), part.predict_proba(Xt))
+    with pytest.raises(ValueError, match=r"\['learning_rate'\].*pass them again"):
+        ppl_bsvm.resume(loaded, X, y, max_iter=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = ppl_bsvm.resume(loaded, X, y, max_iter=60, learning_rate=rate)
+    _assert_same_fit(whole, resumed, Xt)

@@ -23,6 +23,7 @@ from ..kernels import (
     Sum,
 )
 from .._idata import _dataset
+from .._serial import data_object
 from .._shapes import pad_rows, padded_call, padded_size
 from ..predictive import LINKS, GaussianPredictor, class_probability
 from ._likelihoods import logistic_gaussian
@@ -48,6 +49,7 @@ def check_baseline_link(link) -> str:
     return one_of("link", link, BASELINE_LINKS)
 
 
+@data_object
 class LinkPredictor(GaussianPredictor):
     """A :class:`~ppl_bsvm.predictive.GaussianPredictor` that also knows the ``"logit"`` link.
 
@@ -73,25 +75,28 @@ class LinkPredictor(GaussianPredictor):
         return np.asarray(class_probability(mean, var, link, self.gamma), dtype=np.float64)
 
 
+@data_object
 class ScorePredictor:
     """Probabilities from a score without a latent Gaussian (SVM + Platt scaling).
 
     ``latent`` raises: there is no posterior over the latent function, only the SVM's decision
-    value. ``decision_function`` gives that value and ``proba`` the calibrated probability.
+    value. ``decision_function`` gives that value and ``proba`` the calibrated probability,
+    scikit-learn's sigmoid ``P(y = +1) = 1 / (1 + exp(a s + b))``.
 
     Parameters
     ----------
-    decision_fn : callable
+    decision_fn : ppl_bsvm.inference.latent.Latent
         ``X (n*, d) -> score (n*,)``.
-    proba_fn : callable
-        ``score (n*,) -> P(y = +1) (n*,)``.
+    a, b : float
+        The fitted sigmoid.
     name : str
         The method, for error messages.
     """
 
-    def __init__(self, decision_fn: Callable, proba_fn: Callable, name: str):
+    def __init__(self, decision_fn: Callable, a: float, b: float, name: str):
         self.decision_fn = decision_fn
-        self.proba_fn = proba_fn
+        self.a = float(a)
+        self.b = float(b)
         self.name = name
         self.link = name
 
@@ -110,7 +115,8 @@ class ScorePredictor:
                 f"link={link!r} needs a latent Gaussian; method {self.name!r} has only its "
                 "calibrated score (call predict_proba without link)"
             )
-        return np.asarray(self.proba_fn(self.decision_function(X)), dtype=np.float64)
+        score = self.decision_function(X)
+        return 1.0 / (1.0 + np.exp(np.clip(self.a * score + self.b, -700.0, 700.0)))
 
 
 def sklearn_seed(key) -> int:

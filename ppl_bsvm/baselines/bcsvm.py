@@ -96,8 +96,10 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
 from ..api import register
+from .._serial import latent_family
 from ..data import Problem
 from ..inference import gaussian
+from ..inference.latent import Latent
 from ..inference.loop import relative_change, run
 from ..kernels import DEFAULT_JITTER, Kernel, gram
 from ..predictive import DEFAULT_LINK
@@ -400,6 +402,13 @@ def bcm_latent(kernel: Kernel, model: BCMModel, Xq, combine: str, jitter: float)
     return bcm_combine(Kqq, Kmq, model.a, model.b, model.chol, model.s, combine, jitter)
 
 
+@latent_family
+def bcm_predict(static, model: BCMModel, X):
+    """:func:`_predict_blocks` with ``static = (kernel, query_size, combine, jitter)``."""
+    kernel, query_size, combine, jitter = static
+    return _predict_blocks(kernel, model, X, query_size, combine, jitter)
+
+
 def _predict_blocks(kernel, model, X, query_size, combine, jitter):
     """Latent mean and variance at the rows of ``X``, one query set of ``query_size`` rows at a
     time (the last one smaller)."""
@@ -485,8 +494,7 @@ def bcsvm(
     model = BCMModel(X_mod, state.a, state.b, facs.chol, facs.s, params)
     elapsed = time.perf_counter() - t0
 
-    def latent(Xs):
-        return _predict_blocks(kernel, model, Xs, query_size, combine, jitter)
+    latent = Latent(bcm_predict, (kernel, query_size, combine, jitter), model, chunked=False)
 
     module_of = np.empty(problem.n, dtype=np.int64)
     dual = np.zeros(problem.n)

@@ -509,9 +509,10 @@ def gpc_sklearn(
     draws = np.asarray(gaussian.sample_posterior(key, K, fac, f_mean, num_draws))[None]
     elapsed = time.perf_counter() - t0
 
-    def _latent(Xs):
-        mean, var = model.latent_mean_and_variance(np.asarray(Xs))
-        return mean, var - nugget  # the jitter belongs to the training covariance only
+    # scikit-learn's predictive (GPML Alg. 3.2: k*^T (t - pi), k** - |L^-1 W^1/2 k*|^2) from its
+    # documented arrays, without its nugget, which belongs to the training covariance only
+    latent = Latent(gp_noisy, kernel, GPNoisy(jnp.asarray(problem.X), params, fac.chol, fac.s,
+                                              grad))
 
     idata = make_idata(
         {"f": draws},
@@ -532,7 +533,7 @@ def gpc_sklearn(
         idata=idata,
         method="gpc_sklearn",
         model="gp",
-        predictor=LinkPredictor(_latent, link=link),
+        predictor=LinkPredictor(latent, link=link),
         timings={"engine": elapsed},
         kernel=kernel,
         kernel_params=params,

@@ -15,13 +15,15 @@ There is no posterior: the ``Fit`` has no ``posterior`` group and ``predict_late
 ``fit.idata`` holds the training labels (``observed_data``) and, in the ``svm`` group, what
 was fitted: ``dual_coef`` (``alpha_i y_i`` on ``obs``, 0 off the support vectors),
 ``decision`` (``s(x_i)`` on ``obs``), ``intercept``, ``platt_a`` and ``platt_b``.
-``fit.predictor.decision_function(X)`` gives the SVM score and ``fit.state`` the fitted
-``CalibratedClassifierCV``.
+``fit.predictor.decision_function(X)`` gives the SVM score (from the support vectors, dual
+coefficients and intercept, so that a saved fit predicts without scikit-learn's object) and
+``fit.state`` the fitted ``CalibratedClassifierCV`` (not saved by ``Fit.save``).
 """
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -31,10 +33,30 @@ from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
 from ..kernels import Kernel
+from .._serial import latent_family
+from ..inference.latent import Latent
 from ..result import Fit
 from ._common import ScorePredictor, fit_idata, kernel_matrix, sklearn_seed
 
-__all__ = ["platt"]
+__all__ = ["platt", "SVMDecision", "svm_decision"]
+
+
+class SVMDecision(NamedTuple):
+    """A fitted SVM's decision function: kernel ``params``, ``support_vectors (S, d)``,
+    ``dual_coef (S,)`` (``alpha_i y_i``) and ``intercept``."""
+
+    params: dict
+    support_vectors: np.ndarray
+    dual_coef: np.ndarray
+    intercept: float
+
+
+@latent_family
+def svm_decision(kernel, arrays: SVMDecision, X):
+    """``s(x) = sum_i alpha_i y_i k(x_i, x) + b`` at the rows of ``X``."""
+    with jax.enable_x64(True):
+        K = kernel_matrix(kernel, arrays.params, X, arrays.support_vectors)
+    return K @ arrays.dual_coef + arrays.intercept
 
 
 @register("platt", ("gp",), memory=dense_bytes(2))
@@ -86,13 +108,8 @@ def platt(
     X_support = problem.X[support]
     elapsed = time.perf_counter() - t0
 
-    def decision(Xs):
-        with jax.enable_x64(True):
-            return kernel_matrix(kernel, params, Xs, X_support) @ dual + intercept
-
-    def proba(score):
-        # scikit-learn's sigmoid convention: P(+1) = 1 / (1 + exp(a s + b))
-        return 1.0 / (1.0 + np.exp(np.clip(a * score + b, -700.0, 700.0)))
+    decision = Latent(svm_decision, kernel, SVMDecision(params, X_support, dual, intercept),
+                      chunked=False)
 
     dual_full = np.zeros(problem.n)
     dual_full[support] = dual
@@ -114,7 +131,7 @@ def platt(
         idata=idata,
         method="platt",
         model="gp",
-        predictor=ScorePredictor(decision, proba, "platt"),
+        predictor=ScorePredictor(decision, a, b, "platt"),
         timings={"engine": elapsed},
         kernel=kernel,
         kernel_params=params,

@@ -73,9 +73,11 @@ from scipy.special import expit, log_expit
 from .._checks import boolean, one_of, positive_float, positive_int
 from .._idata import make_idata
 from .._memory import dense_bytes
+from .._serial import latent_family
 from ..api import register
 from ..data import Problem
 from ..inference._common import APPROX_GROUP
+from ..inference.latent import Latent
 from ..kernels import Kernel
 from ..result import Fit
 from .._shapes import padded_size
@@ -417,6 +419,21 @@ class _Basis(NamedTuple):
         return np.hstack([Phi, np.ones((X.shape[0], 1))]) if self.has_bias else Phi
 
 
+class RVMPredictive(NamedTuple):
+    """``q(w) = N(mean, cov)`` over the fitted basis."""
+
+    basis: _Basis
+    mean: np.ndarray
+    cov: np.ndarray
+
+
+@latent_family
+def rvm_latent(_, arrays: RVMPredictive, Xs):
+    """``f* = phi(x*)^T w``: mean ``phi^T mean`` and variance ``phi^T cov phi``."""
+    F = arrays.basis.features(np.asarray(Xs))
+    return F @ arrays.mean, np.maximum(np.sum((F @ arrays.cov) * F, axis=1), 0.0)
+
+
 def _fit_basis(kernel, X, bias):
     with jax.enable_x64(True):
         # NumPy leaves: a pickled JAX array comes back float32 in a float32 session
@@ -488,9 +505,7 @@ def rvm(
     Phi_M = Phi[:, result.active]
     elapsed = time.perf_counter() - t0
 
-    def latent(Xs):
-        F = basis.features(np.asarray(Xs))
-        return F @ mean, np.maximum(np.sum((F @ cov) * F, axis=1), 0.0)
+    latent = Latent(rvm_latent, None, RVMPredictive(basis, mean, cov), chunked=False)
 
     labels = np.where(result.active < problem.n, result.active, -1)
     idata = make_idata(

@@ -57,6 +57,7 @@ from jax.scipy.linalg import cho_solve
 
 from .._checks import nonnegative_float, one_of, positive_float, positive_int
 from .._idata import make_idata
+from .._serial import latent_family
 from ..api import register
 from ..data import Problem, check_X
 from ..inference._common import APPROX_GROUP
@@ -250,6 +251,7 @@ class _Posterior(NamedTuple):
     jitter: jnp.ndarray
 
 
+@latent_family
 @functools.partial(jax.jit, static_argnums=(0,))
 def _marginals_chunk(kernel, post: _Posterior, X):
     prior = inducing_prior(kernel, post.params, post.Z, post.jitter)

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from .._serial import data_object, latent_family
 from .._shapes import CHUNK, pad_rows, padded_size
 from . import gaussian
 
@@ -53,6 +54,7 @@ __all__ = [
 
 
 
+@data_object
 class Latent:
     """``X* -> latent predictive`` for one fit: ``fn(static, arrays, X*)`` in padded chunks.
 
@@ -66,16 +68,25 @@ class Latent:
         The fit's arrays it reads.
     axis : int, default=-1
         Axis of the outputs that runs over the rows of ``X*`` (concatenated over chunks).
+    chunked : bool, default=True
+        False for predictives whose rows are not independent (the Bayesian committee machine
+        combines over a query set): ``X*`` is passed whole.
+
+    ``fn`` must be registered with :func:`ppl_bsvm._serial.latent_family`, so that a saved fit
+    names it instead of storing code.
     """
 
-    def __init__(self, fn, static, arrays, axis: int = -1):
+    def __init__(self, fn, static, arrays, axis: int = -1, chunked: bool = True):
         self.fn = fn
         self.static = static
         self.arrays = arrays
         self.axis = axis
+        self.chunked = chunked
 
     def __call__(self, X):
         X = np.asarray(X, dtype=np.float64)
+        if not getattr(self, "chunked", True):
+            return self.fn(self.static, self.arrays, X)
         n = X.shape[0]
         parts = []
         for start in range(0, max(n, 1), CHUNK):
@@ -100,6 +111,7 @@ class GPNoisy(NamedTuple):
     a: jnp.ndarray
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def gp_noisy(kernel, arrays: GPNoisy, Xs):
     """Mean and variance ``(n*,)`` of the GP-regression predictive (module doc)."""
@@ -121,6 +133,7 @@ class LinearGaussian(NamedTuple):
     chol: jnp.ndarray
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def linear_gaussian(intercept: bool, arrays: LinearGaussian, X):
     """Mean and variance ``(n*,)`` of ``x_*^T beta`` (module doc)."""
@@ -129,6 +142,7 @@ def linear_gaussian(intercept: bool, arrays: LinearGaussian, X):
     return Xd @ arrays.mean, jnp.sum(V**2, axis=0)
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def linear_draws(intercept: bool, betas, X):
     """Means ``(S, n*)`` of ``x_*^T beta_s`` for draws ``betas (S, p)`` and zero variances."""
@@ -146,6 +160,7 @@ class GPDraws(NamedTuple):
     A: jnp.ndarray
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def gp_draws(kernel, arrays: GPDraws, Xs):
     """Means ``(S, n*)`` of ``f_* | f_s`` and the common conditional variance (module doc)."""
@@ -164,6 +179,7 @@ class SparseDraws(NamedTuple):
     U: jnp.ndarray
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def sparse_draws(kernel, arrays: SparseDraws, Xs):
     """``f_* | u_s ~ N(kappa_* u_s, k_** - kappa_* K_m*)``: means ``(S, n*)``, variances."""
@@ -185,6 +201,7 @@ class GPHyperDraws(NamedTuple):
     thetas: dict
 
 
+@latent_family
 @partial(jax.jit, static_argnums=0)
 def gp_hyper_draws(kernel, arrays: GPHyperDraws, Xs):
     """Like :func:`gp_draws`, each draw with its own kernel (one ``n x n`` factor per draw)."""

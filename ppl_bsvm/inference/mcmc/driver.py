@@ -322,6 +322,10 @@ def sample_chains(
     if resume is not None:
         fields = jax.tree.map(lambda old, new: np.concatenate([old, new], axis=1),
                               resume.fields, fields)
+    # C order whatever the history: concatenation keeps its inputs' memory layout, and
+    # reductions over another layout differ in the last bit, so a run resumed from a saved
+    # checkpoint (stored C-ordered) would not equal the uninterrupted run bit for bit
+    fields = jax.tree.map(np.ascontiguousarray, fields)
     timings = {"mcmc": max(elapsed - compiled[0], 0.0), "compile": compiled[0]}
     return Draws(fields, last, num_samples, timings)
 

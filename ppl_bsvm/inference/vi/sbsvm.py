@@ -60,6 +60,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..._checks import boolean, nonnegative_float, positive_float, positive_int
 from ..._memory import FLOAT
+from ..._serial import latent_family
 from ...api import register
 from ...data import Problem, check_X
 from ...kernels import DEFAULT_JITTER, Kernel
@@ -488,6 +489,7 @@ class _Posterior(NamedTuple):
     chol_P: jnp.ndarray
 
 
+@latent_family
 @functools.partial(jax.jit, static_argnames=("kernel",))
 def _latent_chunk(kernel, post: _Posterior, Xc):
     _, m, s = _batch_marginals(kernel, post.params, post.Z, post.chol_Kmm, post.mean_v,

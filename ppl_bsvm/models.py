@@ -19,7 +19,7 @@ model function takes ``augmented``:
     latent ``lam`` (one per observation, plate ``obs``, improper flat prior on ``(0, inf)``
     via ``ImproperUniform``) and the Gaussian factor ``N(y_i (1 + lam_i); f_i, lam_i/gamma)``:
     the model whose full conditionals the Gibbs sampler draws from
-    (:mod:`ppl_bsvm.inference.mcmc.gibbs`).
+    (:mod:`ppl_bsvm.inference.mcmc.conditionals`).
 
 Integrating ``lam`` out of the augmented model gives the marginal one exactly (tested by
 quadrature). Site names are fixed and shared with every engine: ``beta`` (linear weights),

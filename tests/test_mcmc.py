@@ -27,7 +27,6 @@ from ppl_bsvm.inference.mcmc import (
     InverseGaussian,
     check_finite,
     default_hyperpriors,
-    gibbs,
     chi2_1,
     gram_rows,
     sample_beta,
@@ -37,6 +36,7 @@ from ppl_bsvm.inference.mcmc import (
     sample_line,
     sample_scale,
 )
+from ppl_bsvm.inference.mcmc import line_moves, sweep
 from ppl_bsvm.inference.mcmc._common import thin_draws
 
 P_MIN = 1e-3
@@ -204,7 +204,7 @@ def test_chord_envelope_lies_above_the_density():
         a, b = r.uniform(0.01, 2.0), r.normal()
         t = np.sort(r.uniform(-4, 4, 7))
         h = _line_log_density(t, margins, dm, a, b, 1.0)
-        envelope = gibbs._chord_envelope(jnp.asarray(t), jnp.asarray(h))
+        envelope = line_moves._chord_envelope(jnp.asarray(t), jnp.asarray(h))
         lo, hi, at, ah, slope = (np.asarray(v) for v in envelope)
         order = np.argsort(lo, kind="stable")
         assert lo[order[0]] == -np.inf and hi[order[-1]] == np.inf
@@ -522,13 +522,13 @@ def test_divergences_are_counted_and_warned(plane):
 
 def test_a_nan_draw_stops_the_sampler_and_names_the_site(plane, monkeypatch):
     X, y = plane[:2]
-    real = gibbs.sample_beta
+    real = sweep.sample_beta
 
     def broken(key, lam, Z, *args):
         beta = real(key, lam, Z, *args)
         return jnp.where(jax.random.uniform(key) < 0.01, jnp.nan, beta)  # a rare numerical failure
 
-    monkeypatch.setattr(gibbs, "sample_beta", broken)
+    monkeypatch.setattr(sweep, "sample_beta", broken)
     with pytest.raises(FloatingPointError, match=r"non-finite value\(s\) in site 'beta'"):
         ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=200, num_warmup=10,
                      num_chains=2, intercept=False)

@@ -5,23 +5,19 @@ Importing this package registers ``method="gibbs"`` (models ``linear``, ``gp``) 
 """
 
 from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
-from .gibbs import (
-    BSVMGibbs,
-    GibbsState,
-    GPData,
-    InverseGaussian,
+from . import gibbs  # noqa: F401  registers method="gibbs"
+from .conditionals import (
     GramRows,
-    LinearData,
-    chi2_1,
-    gibbs_step,
     gram_rows,
     sample_beta,
     sample_f,
-    sample_gig_half,
     sample_lam,
-    sample_line,
     sample_scale,
 )
+from .gibbs_kernel import BSVMGibbs
+from .line_moves import sample_line
+from .sweep import GibbsState, GPData, LinearData, gibbs_step
+from .variates import InverseGaussian, chi2_1, sample_gig_half
 from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats
 
 __all__ = [

@@ -1,0 +1,298 @@
+"""One sweep of the exact Gibbs sampler over the state of a chain.
+
+:class:`LinearData` and :class:`GPData` are the two models as the sampler sees them;
+:class:`LineMoves` holds a chain's line-move directions and the warmup statistics they are
+learned from; :class:`GibbsState` is the state of one chain. :func:`gibbs_step` is one sweep:
+the scale step (:func:`~ppl_bsvm.inference.mcmc.conditionals.sample_scale`), the line moves
+(:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_line`), ``lam | z``, then ``z | lam``
+(:mod:`ppl_bsvm.inference.mcmc.conditionals`). :func:`init_state` starts a chain, and
+:func:`log_density` is the log marginal posterior the sweep leaves invariant.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import random
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from .conditionals import LAM_FLOOR, GramRows, sample_beta, sample_f, sample_lam, sample_scale
+from .line_moves import _MAX_LINE_TRIALS, sample_line
+
+__all__ = [
+    "LineMoves",
+    "LinearData",
+    "GPData",
+    "GibbsState",
+    "gibbs_step",
+    "log_density",
+]
+
+
+class LinearData(NamedTuple):
+    """The linear model as the sampler sees it."""
+
+    Z: jnp.ndarray  # (n, p) rows y_i x_i
+    prior_scale: jnp.ndarray  # ()
+    gamma: jnp.ndarray  # ()
+    rows: GramRows | None = None  # gram_rows(Z) when it fits in GRAM_ROWS_MAX_SIZE
+
+
+class GPData(NamedTuple):
+    """The GP model as the sampler sees it (``K`` factorised once, outside the loop)."""
+
+    K: jnp.ndarray  # (n, n) jittered prior covariance
+    chol_K: jnp.ndarray  # (n, n) its lower Cholesky factor
+    y: jnp.ndarray  # (n,)
+    gamma: jnp.ndarray  # ()
+
+
+class LineMoves(NamedTuple):
+    """Directions of one chain's line moves (:func:`sample_line`) and the warmup statistics
+    they are learned from (a pytree carried in :class:`GibbsState`).
+
+    Attributes
+    ----------
+    V : (k, d)
+        The directions, each scaled by the posterior sd along it, so that one unit of ``t``
+        is about one sd (the envelope's grid is laid out in those units).
+    dm : (k, n)
+        Change of the margins per unit along each direction (``Z v`` or ``y * v``).
+    Pv : (k, d)
+        Prior precision times each direction (``v / prior_scale^2`` or ``K^-1 v``).
+    a : (k,)
+        ``v^T P v``.
+    count : () float
+        Draws in the current warmup window.
+    mean : (d,)
+    m2 : (d, d)
+        Welford's running mean and sum of squared deviations of the window's draws.
+    """
+
+    V: jnp.ndarray
+    dm: jnp.ndarray
+    Pv: jnp.ndarray
+    a: jnp.ndarray
+    count: jnp.ndarray
+    mean: jnp.ndarray
+    m2: jnp.ndarray
+
+
+def _fresh_moves(V, data) -> LineMoves:
+    """:class:`LineMoves` along directions ``V`` (k, d), with an empty warmup window: their
+    effect on the margins (``dm``) and on the prior (``Pv``, ``a``)."""
+    if isinstance(data, LinearData):
+        dm, Pv = V @ data.Z.T, V / data.prior_scale**2
+    else:
+        dm, Pv = V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
+    d = V.shape[1]
+    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), V.dtype),
+                     jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
+
+
+def line_moves_init(data, directions) -> LineMoves:
+    """:class:`LineMoves` of a chain: ``directions`` is a ``(k, d)`` array of fixed
+    directions, or a number ``k`` of directions to learn in warmup, which start as the first
+    ``k`` coordinate axes scaled by their prior sd (valid moves, if slow ones, until the
+    first window closes: the grid of :func:`sample_line` adapts to any scale)."""
+    dtype = data.gamma.dtype
+    if isinstance(directions, int):
+        if isinstance(data, LinearData):
+            sd = jnp.full((data.Z.shape[1],), data.prior_scale, dtype)
+        else:
+            sd = jnp.sqrt(jnp.diagonal(data.K))
+        V = (jnp.eye(sd.shape[0], dtype=dtype) * sd[:, None])[:directions]
+    else:
+        V = jnp.asarray(directions, dtype)
+    return _fresh_moves(V, data)
+
+
+def _line_moves(key, value, margins, moves: LineMoves, gamma):
+    """One exact draw along each direction in turn (:func:`sample_line`); returns the new
+    value and margins, the proposals used and the number of failed moves."""
+
+    def move(carry, inputs):
+        value, margins = carry
+        k, v, dm, Pv, a = inputs
+        t, trials = sample_line(k, margins, dm, a, value @ Pv, gamma)
+        return (value + t * v, margins + t * dm), trials
+
+    keys = random.split(key, moves.V.shape[0])
+    (value, margins), trials = jax.lax.scan(
+        move, (value, margins), (keys, moves.V, moves.dm, moves.Pv, moves.a)
+    )
+    return (value, margins, jnp.sum(trials, dtype=jnp.int32),
+            jnp.sum(trials > _MAX_LINE_TRIALS, dtype=jnp.int32))
+
+
+def _accumulate(moves: LineMoves, value) -> LineMoves:
+    """Welford's update of the window's mean and squared deviations with one draw."""
+    count = moves.count + 1.0
+    delta = value - moves.mean
+    mean = moves.mean + delta / count
+    return moves._replace(count=count, mean=mean, m2=moves.m2 + jnp.outer(delta, value - mean))
+
+
+def _learn_directions(moves: LineMoves, data) -> LineMoves:
+    """The window's ``k`` principal directions of largest variance, each scaled by its sd,
+    and a fresh window. The covariance is shrunk towards a multiple of the identity as in
+    Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
+    a short window cannot give a direction of zero width."""
+    k, d = moves.V.shape
+    c = moves.count
+    cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
+    ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
+    cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
+    w, E = jnp.linalg.eigh(cov)
+    V = (E[:, d - k:] * jnp.sqrt(jnp.maximum(w[d - k:], 0.0))).T[::-1]
+    return _fresh_moves(V, data)
+
+
+class GibbsState(NamedTuple):
+    """State of one Gibbs chain (a pytree; ``MCMC`` collects ``z`` as the draws).
+
+    Attributes
+    ----------
+    z : dict
+        ``{"beta": (p,)}`` (linear) or ``{"f": (n,)}`` (GP): the current draw.
+    lam : (n,)
+        The augmentation variables the current ``z`` was drawn given.
+    margins : (n,)
+        ``y_i f_i`` at ``z`` (``Z beta`` for the linear model).
+    quad : ()
+        Prior quadratic form at ``z``: ``beta^T beta / prior_scale^2`` or ``f^T K^-1 f``.
+    lp : ()
+        Log marginal posterior density of ``z`` up to a constant,
+        ``-quad / 2 - 2 gamma sum_i max(0, 1 - margins_i)`` (a trace to watch).
+    scale : ()
+        The factor ``c`` of this sweep's scale step (1 without it).
+    scale_trials : () int32
+        Envelope proposals the scale step needed (0 without it).
+    n_floored : () int32
+        How many ``lam_i`` were clamped at :data:`LAM_FLOOR` in this sweep.
+    line_trials : () int32
+        Envelope proposals of this sweep's line moves, all directions together (0 without).
+    line_failed : () int32
+        Line moves that found no draw and left the chain in place (see :func:`sample_line`).
+    moves : LineMoves
+        The line moves' directions and warmup statistics.
+    it : () int32
+        Sweeps done (the warmup schedule of the directions counts them).
+    rng_key : PRNG key
+    """
+
+    z: dict
+    lam: jnp.ndarray
+    margins: jnp.ndarray
+    quad: jnp.ndarray
+    lp: jnp.ndarray
+    scale: jnp.ndarray
+    scale_trials: jnp.ndarray
+    n_floored: jnp.ndarray
+    line_trials: jnp.ndarray
+    line_failed: jnp.ndarray
+    moves: LineMoves
+    it: jnp.ndarray
+    rng_key: jnp.ndarray
+
+
+def _hinge_sum(margins):
+    return jnp.sum(jnp.maximum(0.0, 1.0 - margins))
+
+
+def _margins(z, data):
+    """``y_i f_i`` at the training points (``Z beta`` for the linear model)."""
+    if isinstance(data, LinearData):
+        return data.Z @ z["beta"]
+    return data.y * z["f"]
+
+
+def _quad_and_margins(z, data):
+    """Prior quadratic form ``beta^T Sigma^-1 beta`` or ``f^T K^-1 f``, and the margins."""
+    if isinstance(data, LinearData):
+        quad = jnp.sum(z["beta"] ** 2) / data.prior_scale**2
+    else:
+        quad = jnp.sum(solve_triangular(data.chol_K, z["f"], lower=True) ** 2)
+    return quad, _margins(z, data)
+
+
+def log_density(z, data):
+    """``log p(z | y)`` up to a constant, for ``z = {"beta": ...}`` or ``{"f": ...}``."""
+    quad, margins = _quad_and_margins(z, data)
+    return _lp(quad, margins, data.gamma)
+
+
+def _lp(quad, margins, gamma):
+    return -0.5 * quad - 2.0 * gamma * _hinge_sum(margins)
+
+
+def gibbs_step(
+    key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0,
+    line_moves: bool = False,
+) -> GibbsState:
+    """One sweep: the scale of ``z`` (optional), line moves along ``state.moves.V``
+    (optional), ``lam | z``, then ``z | lam``.
+
+    ``data`` is :class:`LinearData` or :class:`GPData`; every step is an exact draw from a
+    full conditional (or, with ``overrelax != 0``, Adler's overrelaxed move that is reversible
+    with respect to it), so the sweep leaves the posterior of ``(z, lam)`` invariant. The
+    scale step and the line moves draw from conditionals of the *marginal* posterior of ``z``
+    (``lam`` integrated out) and ``lam`` is drawn afresh given their result, so each pair is
+    one move that leaves ``p(z) p(lam | z)`` invariant (a partially collapsed Gibbs sampler,
+    van Dyk & Park 2008). The margins and quadratic form of ``z`` travel in the state, so
+    the scale step costs no matrix product (scaling ``z`` by ``c`` scales them by ``c`` and
+    ``c^2``), and a line move only adds ``t dm`` to the margins.
+    """
+    k_scale, k_lam, k_z = random.split(key, 3)
+    (value,) = state.z.values()
+    margins = state.margins
+    if scale_step:
+        c, trials = sample_scale(k_scale, state.quad, margins, value.shape[0], data.gamma)
+        value, margins = c * value, c * margins
+    else:
+        c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
+    if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
+        value, margins, line_trials, line_failed = _line_moves(
+            random.fold_in(k_scale, 1), value, margins, state.moves, data.gamma
+        )
+    else:
+        line_trials = line_failed = jnp.zeros((), jnp.int32)
+    lam = sample_lam(k_lam, margins, data.gamma)
+    n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
+    lam = jnp.maximum(lam, LAM_FLOOR)
+    if isinstance(data, LinearData):
+        z = {"beta": sample_beta(
+            k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
+        )}
+    else:
+        z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax)}
+    quad, margins = _quad_and_margins(z, data)
+    lp = _lp(quad, margins, data.gamma)
+    return state._replace(
+        z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
+        n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
+    )
+
+
+def init_state(key, data, z=None, directions=0) -> GibbsState:
+    """A chain's starting state: ``z`` if given, else a draw from the prior (overdispersed);
+    ``directions`` as for :func:`line_moves_init`."""
+    if z is None:
+        if isinstance(data, LinearData):
+            p = data.Z.shape[1]
+            z = {"beta": data.prior_scale * random.normal(key, (p,), data.Z.dtype)}
+        else:
+            n = data.y.shape[0]
+            z = {"f": data.chol_K @ random.normal(key, (n,), data.K.dtype)}
+    z = {k: jnp.asarray(v) for k, v in z.items()}
+    quad, margins = _quad_and_margins(z, data)
+    # lam is filled by the first sweep; ones are a placeholder of the right shape. Strong
+    # dtypes everywhere, so that the loop carry never changes type (no recompilation).
+    int0 = jnp.zeros((), jnp.int32)
+    lp = _lp(quad, margins, data.gamma)
+    return GibbsState(
+        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, int0, int0, int0,
+        line_moves_init(data, directions), int0, key,
+    )

@@ -20,29 +20,35 @@ KERNEL = kernels.RBF(lengthscale=1.1, variance=1.4)
 
 
 @pytest.mark.parametrize("b", [5, 60])  # few rows per inducing point (solves), many (inverses)
-def test_batch_marginals_both_forms_match_the_definition(b):
+def test_batch_marginals_and_statistics_both_forms_match_the_definition(b):
     """``m_i = psi_i^T m_v``, ``s_i = psi_i^T P^{-1} psi_i + k_ii - |psi_i|^2`` with
-    ``psi_i = L^{-1} k_mi``, computed densely with inverses in numpy."""
+    ``psi_i = L^{-1} k_mi``, and the statistics ``g1 = Psi^T y (1 + alpha^-1/2)``,
+    ``G2 = Psi^T A^-1/2 Psi``, computed densely with inverses in numpy."""
     with jax.enable_x64(True):
         r = np.random.default_rng(0)
         m = 12
         Z, Xb = r.standard_normal((m, 3)), r.standard_normal((b, 3))
+        yb = np.where(r.random(b) < 0.5, -1.0, 1.0)
         params = KERNEL.init_params()
         chol_K = sbsvm._chol_Kmm(KERNEL, params, jnp.asarray(Z), 1e-6)
         A = r.standard_normal((m, m))
         prec = A @ A.T + m * np.eye(m)
         eta1 = r.standard_normal(m)
         mean, chol_P = gaussian_from_precision(jnp.asarray(eta1), jnp.asarray(prec))
-        PsiT, m_f, s_f = sbsvm._batch_marginals(KERNEL, params, jnp.asarray(Z), chol_K, mean,
-                                                chol_P, jnp.asarray(Xb))
+        args = (KERNEL, params, jnp.asarray(Z), chol_K, mean, chol_P, jnp.asarray(Xb))
+        assert sbsvm._uses_gemm(args[2], args[-1]) == (b >= sbsvm.GEMM_MIN_RATIO * m)
+        m_f, s_f = sbsvm._batch_marginals(*args)
+        st = sbsvm._local_statistics(*args, jnp.asarray(yb), 1.0)
         Kmb = np.asarray(KERNEL.K(params, jnp.asarray(Z), jnp.asarray(Xb)))
         psi = np.linalg.solve(np.asarray(chol_K), Kmb)
         cov = np.linalg.inv(prec)
-        np.testing.assert_allclose(PsiT, psi, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(m_f, psi.T @ np.linalg.solve(prec, eta1), rtol=1e-9)
         kdiag = np.full(b, 1.4)
         expected = np.einsum("ib,ij,jb->b", psi, cov, psi) + kdiag - np.sum(psi**2, 0)
         np.testing.assert_allclose(s_f, expected, rtol=1e-8)
+        root = np.sqrt((1 - yb * np.asarray(m_f)) ** 2 + expected)
+        np.testing.assert_allclose(st.g1, psi @ (yb * (1 + 1 / root)), rtol=1e-8)
+        np.testing.assert_allclose(st.G2, (psi / root) @ psi.T, rtol=1e-8, atol=1e-10)
 
 
 def test_default_batch_size_is_the_papers_up_to_50000_then_500_steps_per_epoch():
@@ -54,15 +60,15 @@ def test_default_batch_size_is_the_papers_up_to_50000_then_500_steps_per_epoch()
     assert sbsvm.default_batch_size(10**9) == 20_000
 
 
-def test_hyperparameter_steps_use_at_most_2048_rows_of_the_batch():
+def test_hyperparameter_steps_use_at_most_1024_rows_of_the_batch():
     rate = sbsvm.schedules.as_rate("robbins_monro")
     assert sbsvm._hyper_rows(sbsvm.Config(KERNEL, rate, 100)) == 100
-    assert sbsvm._hyper_rows(sbsvm.Config(KERNEL, rate, 10_000)) == 2048
+    assert sbsvm._hyper_rows(sbsvm.Config(KERNEL, rate, 10_000)) == 1024
 
 
 def test_default_tol_loosens_beyond_100000_points():
     assert sbsvm.default_tol(100_000) == 1e-4
-    assert sbsvm.default_tol(100_001) == 1e-3
+    assert sbsvm.default_tol(100_001) == 5e-3
 
 
 def test_bad_devices_and_batch_multiple(toy2d):

@@ -11,11 +11,11 @@ import sys
 
 from ppl_bsvm.compare.demo import run_demo
 
-COMMAND = "`make demo` (`python -m ppl_bsvm.experiments.demo`)"
+COMMAND = "`make demo` (`python -m benchmarks.demo`)"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ppl_bsvm.experiments.demo",
+    parser = argparse.ArgumentParser(prog="benchmarks.demo",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="reports/demo", help="report folder")
     parser.add_argument("--quick", action="store_true", help="short chains (smoke test)")

@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml scripts/find_python.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ppl_bsvm.experiments.demo
+	$(PY) -m benchmarks.demo
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

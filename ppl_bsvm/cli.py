@@ -89,7 +89,7 @@ def _cmd_methods(args) -> int:
 
 def _cmd_fit(args) -> int:
     import ppl_bsvm
-    from ppl_bsvm.experiments.comparison import split_data
+    from ppl_bsvm.datasets import split_data
 
     options = _parse_options(args.option, prefixed=False)
     ppl_bsvm.api.get_engine(args.model, args.method)  # a wrong name fails before any work
@@ -119,7 +119,7 @@ def _comparison_view(table):
 def _cmd_compare(args) -> int:
     import pandas as pd
 
-    from ppl_bsvm.experiments.comparison import run_comparison
+    from ppl_bsvm.compare.runner import run_comparison
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     options = _parse_options(args.option, prefixed=True)
@@ -143,9 +143,10 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from ppl_bsvm.experiments import demo
+    from ppl_bsvm.compare.demo import run_demo
 
-    return demo.main(["--out", args.out] if args.out else [])
+    run_demo(args.out or "reports/demo")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

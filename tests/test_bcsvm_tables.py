@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ppl_bsvm.experiments import bcsvm_tables as T
+from benchmarks import bcsvm_tables as T
 
 
 @pytest.mark.parametrize("n", [3, 7])

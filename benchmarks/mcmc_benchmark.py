@@ -1,6 +1,6 @@
 """Effective samples per second of the exact Gibbs sampler against NUTS.
 
-Run ``python -m ppl_bsvm.experiments.mcmc_benchmark`` (``--quick`` for a smoke run). It writes
+Run ``python -m benchmarks.mcmc_benchmark`` (``--quick`` for a smoke run). It writes
 ``reports/mcmc_benchmark/`` (or ``--out``): ``results.md`` (the table), ``results.csv``,
 ``results.json`` and ``ess_per_second.png``.
 
@@ -300,7 +300,7 @@ def write_report(rows, env: dict, out: Path) -> None:
     text = [
         "# Gibbs vs NUTS: effective samples per second",
         "",
-        f"Written by `python -m ppl_bsvm.experiments.mcmc_benchmark{' --quick' if env['quick'] else ''}`"
+        f"Written by `python -m benchmarks.mcmc_benchmark{' --quick' if env['quick'] else ''}`"
         f" on {env['date']} ({env['cpu_count']} CPUs, load average at start "
         f"{', '.join(f'{v:.1f}' for v in env['load_average_at_start'] or [])}; BLAS threads "
         f"{env['blas_threads']}; JAX {env['jax']}).",

@@ -1,6 +1,6 @@
 """Schwaighofer & Tresp (2001), the Bayesian committee SVM: Tables 1 and 2 and Fig. 1 again.
 
-    python -m ppl_bsvm.experiments.bcsvm_tables [--quick] [--jobs 2] [--out reports/bcsvm_tables]
+    python -m benchmarks.bcsvm_tables [--quick] [--jobs 2] [--out reports/bcsvm_tables]
 
 ``--jobs`` runs the data sets (and Fig. 1) in that many processes; the results do not depend
 on it.

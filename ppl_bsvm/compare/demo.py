@@ -1,4 +1,4 @@
-"""The flagship comparison run by ``make demo`` (and ``ppl-bsvm demo``).
+"""The flagship comparison run by ``ppl-bsvm demo`` (and ``make demo``).
 
 On the embedded Heart data (stratified 70/30 split, features standardised with training
 statistics):
@@ -9,22 +9,26 @@ statistics):
    (inducing-point SVI) and ECM;
 3. linear model: Gibbs against coordinate-ascent VI;
 
-and writes a report for each model plus an index to ``reports/demo/`` (``--out`` to change).
+and writes a report for each model plus an index to ``reports/demo/`` (``out`` to change).
+
+It is library code, not a benchmark, so that ``ppl-bsvm demo`` works from an installed package;
+``python -m benchmarks.demo`` (what ``make demo`` runs) calls :func:`run_demo` too.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
+from .. import datasets, kernels
+from ..api import fit
+from ..datasets.splits import split_data
+from .report import markdown_table, write_report
+from .runner import fit_methods
+from .table import compare
 
-import ppl_bsvm
-from ppl_bsvm import datasets, kernels
-from ppl_bsvm.compare import compare
-from ppl_bsvm.compare.report import markdown_table, write_report
-from ppl_bsvm.experiments.comparison import fit_methods, split_data
+__all__ = ["GP_METHODS", "LINEAR_METHODS", "run_demo", "settings", "learned_kernel", "summary_rows",
+           "index_markdown"]
 
 GP_METHODS = ("gibbs", "vi", "svi", "ecm")
 LINEAR_METHODS = ("gibbs", "vi")
@@ -42,9 +46,8 @@ def settings(quick: bool) -> dict:
 
 def learned_kernel(split) -> kernels.RBF:
     """RBF hyperparameters maximising B-BSVM's ELBO on the training data (paper eq. 12)."""
-    fit = ppl_bsvm.fit(split.X_train, split.y_train, model="gp", method="vi",
-                       learn_hyperparameters=True)
-    hyper = fit.hyperparameters
+    vi = fit(split.X_train, split.y_train, model="gp", method="vi", learn_hyperparameters=True)
+    hyper = vi.hyperparameters
     return kernels.RBF(lengthscale=float(hyper["lengthscale"]), variance=float(hyper["variance"]))
 
 
@@ -74,16 +77,57 @@ def summary_rows(table, model: str) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ppl_bsvm.experiments.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="reports/demo", help="report folder")
-    parser.add_argument("--quick", action="store_true", help="short chains (smoke test)")
-    args = parser.parse_args(argv)
+def _description(model: str, split, kernel) -> str:
+    """The paragraph under a model's report title: data, split, kernel and reference."""
+    return (
+        f"Heart data, {model} model; {len(split.y_train)} training / {len(split.y_test)} "
+        "test points (stratified split, seed 0, standardised with training statistics). "
+        + (f"RBF kernel (lengthscale {kernel.lengthscale:.3f}, variance "
+           f"{kernel.variance:.3f}) learned by B-BSVM's ELBO, then fixed for all methods. "
+           if model == "gp" else "beta ~ N(0, I) with an intercept. ")
+        + "Reference: the exact Gibbs sampler (4 chains)."
+    )
+
+
+def index_markdown(summary: list[dict], links: list[str], elapsed: float, written_by: str) -> str:
+    """The demo's ``README.md``: who wrote it, what the columns mean, one row per candidate
+    (:func:`summary_rows`) and a link to each model's report."""
+    import pandas as pd
+
+    index = [
+        "# ppl_bsvm demo: how far is fast inference from the MCMC truth?",
+        "",
+        f"Written by {written_by} in {elapsed:.0f} s on this machine.",
+        "",
+        "Heart data (UCI Statlog; positive class: presence of heart disease). Every candidate "
+        "is compared with the exact Gibbs sampler on the same training data and, for the GP "
+        "model, the same kernel. `sd_ratio` is the candidate's posterior sd over the Gibbs sd, "
+        "averaged over coordinates (below 1: the approximation is too confident); "
+        "`mean_error_sd` the distance of the means in Gibbs sds; `coverage_90` the share of "
+        "Gibbs draws inside the candidate's 90% intervals; `prob_mad` the mean absolute "
+        "difference of the predictive probabilities from Gibbs' on the test points.",
+        "",
+        markdown_table(pd.DataFrame(summary)),
+        "",
+        *links,
+        "",
+    ]
+    return "\n".join(index)
+
+
+def run_demo(out="reports/demo", *, quick: bool = False,
+             written_by: str = "`ppl-bsvm demo`") -> Path:
+    """Run the demo, print a summary per candidate and return the path of the index.
+
+    ``out`` is the report folder (relative to the working directory), ``quick`` shortens the
+    samplers (smoke test), and ``written_by`` names the command in the index's first line, so
+    that a report says how to run it again.
+    """
     start = time.perf_counter()
-    out = Path(args.out)
+    out = Path(out)
     X, y = datasets.load("heart", standardize=False)
     split = split_data(X, y, test_fraction=0.3, seed=0)
-    opts = settings(args.quick)
+    opts = settings(quick)
     info = datasets.describe("heart")
     print(f"Heart: n={info['n']}, d={info['d']}, positive class {info['positive']!r} "
           f"(presence of heart disease); {len(split.y_train)} train / {len(split.y_test)} test")
@@ -98,17 +142,9 @@ def main(argv=None) -> int:
                            options=opts[model])
         reference = fits.pop("gibbs")
         table = compare(reference, fits, split.X_test, split.y_test, reference_name="gibbs")
-        description = (
-            f"Heart data, {model} model; {len(split.y_train)} training / {len(split.y_test)} "
-            "test points (stratified split, seed 0, standardised with training statistics). "
-            + (f"RBF kernel (lengthscale {kernel.lengthscale:.3f}, variance "
-               f"{kernel.variance:.3f}) learned by B-BSVM's ELBO, then fixed for all methods. "
-               if model == "gp" else "beta ~ N(0, I) with an intercept. ")
-            + "Reference: the exact Gibbs sampler (4 chains)."
-        )
         path = write_report(table, reference, fits, split.X_test, split.y_test,
                             folder=out / model, title=f"Heart, {model} model: Gibbs vs "
-                            + ", ".join(fits), description=description)
+                            + ", ".join(fits), description=_description(model, split, kernel))
         summary += summary_rows(table, model)
         print(f"\n{model} model (reference: gibbs), report {path}")
         for row in summary_rows(table, model):
@@ -118,31 +154,6 @@ def main(argv=None) -> int:
         lines.append(f"- [{model} model]({model}/report.md)")
 
     elapsed = time.perf_counter() - start
-    import pandas as pd
-
-    index = [
-        "# ppl_bsvm demo: how far is fast inference from the MCMC truth?",
-        "",
-        "Written by `make demo` (`python -m ppl_bsvm.experiments.demo`) in "
-        f"{elapsed:.0f} s on this machine.",
-        "",
-        "Heart data (UCI Statlog; positive class: presence of heart disease). Every candidate "
-        "is compared with the exact Gibbs sampler on the same training data and, for the GP "
-        "model, the same kernel. `sd_ratio` is the candidate's posterior sd over the Gibbs sd, "
-        "averaged over coordinates (below 1: the approximation is too confident); "
-        "`mean_error_sd` the distance of the means in Gibbs sds; `coverage_90` the share of "
-        "Gibbs draws inside the candidate's 90% intervals; `prob_mad` the mean absolute "
-        "difference of the predictive probabilities from Gibbs' on the test points.",
-        "",
-        markdown_table(pd.DataFrame(summary)),
-        "",
-        *lines,
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(index))
+    (out / "README.md").write_text(index_markdown(summary, lines, elapsed, written_by))
     print(f"\ndone in {elapsed:.1f} s; index {out / 'README.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return out / "README.md"

@@ -1,6 +1,6 @@
 """Latency of every engine as a user meets it: new process, second call, a loaded machine.
 
-``python -m ppl_bsvm.experiments.latency [--quick] [--datasets heart pima german]``
+``python -m benchmarks.latency [--quick] [--datasets heart pima german]``
 
 For every registered ``(model, method)`` on Heart, Diabetes (``pima``) and German (standardised,
 RBF kernel of lengthscale ``sqrt(d)``, otherwise default options), each call being
@@ -222,7 +222,7 @@ if engine.startswith("sklearn"):
 else:
     import ppl_bsvm
 imported = time.perf_counter() - start
-from ppl_bsvm.experiments.latency import child
+from benchmarks.latency import child
 print(json.dumps(child(engine, name, repeats, loaded, imported)))
 """
 
@@ -325,7 +325,7 @@ def write_report(rows, out: Path, loads: dict, elapsed: float, quick: bool,
     text = [
         "# Latency of every engine (fit + predict_proba), as a user meets it",
         "",
-        "Written by `python -m ppl_bsvm.experiments.latency`"
+        "Written by `python -m benchmarks.latency`"
         + (" --quick" if quick else "")
         + f" in {elapsed / 60:.1f} min. Default settings (RBF lengthscale sqrt(d), the library's"
         " own thread rule and compilation cache); every first call is a new Python process, "

@@ -1,41 +1,19 @@
-"""Fit one model several ways on a train/test split and compare the fits (CLI and demo)."""
+"""Fit one model several ways on a train/test split and compare the fits.
+
+The engine behind ``ppl-bsvm compare`` and the demo (:mod:`ppl_bsvm.compare.demo`): it is
+library code, so that the command line works from an installed package.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
 
-import numpy as np
+from ..api import fit, get_engine
+from ..datasets.splits import Split, split_data
+from .report import write_report
+from .table import compare
 
-import ppl_bsvm
-from ppl_bsvm.compare import compare
-from ppl_bsvm.compare.report import write_report
-
-__all__ = ["Split", "split_data", "fit_methods", "run_comparison"]
-
-
-class Split(NamedTuple):
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-
-
-def split_data(X, y, test_fraction: float = 0.3, seed: int = 0, standardize: bool = True) -> Split:
-    """Stratified train/test split; features standardised with the training statistics."""
-    from sklearn.model_selection import train_test_split
-
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    X_tr, X_te, y_tr, y_te = train_test_split(
-        np.asarray(X, dtype=float), np.asarray(y), test_size=test_fraction, random_state=seed,
-        stratify=np.asarray(y),
-    )
-    if standardize:
-        mean, sd = X_tr.mean(0), X_tr.std(0)
-        sd = np.where(sd > 0, sd, 1.0)
-        X_tr, X_te = (X_tr - mean) / sd, (X_te - mean) / sd
-    return Split(X_tr, y_tr, X_te, y_te)
+__all__ = ["fit_methods", "run_comparison"]
 
 
 def fit_methods(split: Split, *, model: str, methods, kernel=None, seed: int = 0,
@@ -54,8 +32,8 @@ def fit_methods(split: Split, *, model: str, methods, kernel=None, seed: int = 0
     bar = tqdm(list(methods), desc=f"fitting {model}", disable=not progress, unit="fit")
     for method in bar:
         bar.set_postfix_str(method)
-        fits[method] = ppl_bsvm.fit(split.X_train, split.y_train, model=model, method=method,
-                                    kernel=kernel, seed=seed, **options.get(method, {}))
+        fits[method] = fit(split.X_train, split.y_train, model=model, method=method,
+                           kernel=kernel, seed=seed, **options.get(method, {}))
     return fits
 
 
@@ -93,7 +71,7 @@ def run_comparison(
     if reference not in methods:
         raise ValueError(f"reference {reference!r} is not among methods {methods}")
     for method in methods:  # fail before any fitting if a name is wrong
-        ppl_bsvm.api.get_engine(model, method)
+        get_engine(model, method)
     split = split_data(X, y, test_fraction, seed)
     start = time.perf_counter()
     fits = fit_methods(split, model=model, methods=methods, kernel=kernel, seed=seed,

@@ -1,7 +1,7 @@
 """Error and time against the number of inducing points, k-means against random selection
 (Wenzel et al. 2017, Fig. 3).
 
-``python -m ppl_bsvm.experiments.wenzel_fig3 [--quick]``
+``python -m benchmarks.wenzel_fig3 [--quick]``
 
 Data: optdigits "3 vs 5" (``ppl_bsvm.datasets.load("optdigits")``: 1130 points, 64 features,
 standardised), the offline stand-in for the paper's USPS 3 vs 5 (1350 points, 256 features).
@@ -120,7 +120,7 @@ def write_report(out: Path, rows, folds: int, quick: bool, elapsed: float) -> st
     text = [
         "# Inducing points: number and selection (Wenzel et al. 2017, Fig. 3)",
         "",
-        "Written by `python -m ppl_bsvm.experiments.wenzel_fig3" + (" --quick" if quick else "")
+        "Written by `python -m benchmarks.wenzel_fig3" + (" --quick" if quick else "")
         + "`. S-BSVM (`svi`, defaults otherwise) on optdigits 3 vs 5 (1130 points, 64 "
         "features, standardised; the stand-in for the paper's USPS 3 vs 5), RBF kernel fixed "
         f"at the median heuristic, {folds} stratified folds; mean ± sd over folds. Time is the "

@@ -1,6 +1,6 @@
 """Table 1 of Wenzel et al. (2017) with the closed-form engines: error, Brier score and time.
 
-``python -m ppl_bsvm.experiments.vi_benchmark [--quick] [--datasets heart pima ...]``
+``python -m benchmarks.vi_benchmark [--quick] [--datasets heart pima ...]``
 
 10-fold stratified cross-validation (seed 0) on the Table 1 data sets that ship with ppl_bsvm or
 are generated (Breast Cancer ``breast``, Diabetes ``pima``, German ``german``, Heart ``heart``,
@@ -277,7 +277,7 @@ def write_report(out, df, table, link_rows, summary, mean_by_link, args, elapsed
     text = [
         "# Closed-form VI on the data sets of Wenzel et al. (2017), Table 1",
         "",
-        "Written by `python -m ppl_bsvm.experiments.vi_benchmark"
+        "Written by `python -m benchmarks.vi_benchmark"
         + (" --quick" if args.quick else "") + "`"
         + (f" (data sets: {' '.join(args.datasets)})" if args.datasets != list(DATASETS) else "")
         + f"; {'3 of ' if args.quick else ''}{args.folds}-fold stratified CV, seed 0, features "

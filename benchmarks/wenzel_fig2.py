@@ -1,6 +1,6 @@
 """The lengthscale learned by the ELBO against a cross-validated grid (Wenzel et al. 2017, Fig. 2).
 
-``python -m ppl_bsvm.experiments.wenzel_fig2 [--quick]``
+``python -m benchmarks.wenzel_fig2 [--quick]``
 
 Data: the Waveform generator (``ppl_bsvm.datasets.waveform``), 1000 points, standardised;
 10 stratified folds (shuffled, seed 0). Model: S-BSVM (``method="svi"``, 100 k-means inducing
@@ -185,7 +185,7 @@ def write_report(out: Path, result, quick: bool, elapsed: float) -> str:
     text = [
         "# The ELBO's lengthscale against a cross-validated grid (Wenzel et al. 2017, Fig. 2)",
         "",
-        "Written by `python -m ppl_bsvm.experiments.wenzel_fig2" + (" --quick" if quick else "")
+        "Written by `python -m benchmarks.wenzel_fig2" + (" --quick" if quick else "")
         + f"`. S-BSVM (`svi`, {M} k-means inducing points, defaults otherwise) on the Waveform "
         f"generator, n = {result['n']}, standardised, {result['folds']} stratified folds. "
         "Grid: the RBF kernel fixed at each lengthscale (variance 1). ELBO: "

@@ -1,7 +1,7 @@
 """Malzahn & Opper (NIPS 2003) Fig. 1: bootstrap learning curves of the hard-margin SVM,
 replica-TAP theory against the Monte-Carlo bootstrap.
 
-Run ``python -m ppl_bsvm.experiments.bootstrap_fig1`` (``--quick`` for a smoke run). Writes to
+Run ``python -m benchmarks.bootstrap_fig1`` (``--quick`` for a smoke run). Writes to
 ``reports/bootstrap_fig1/``:
 
 - ``fig1_learning_curves.png``: eps(S) for S/N in [0.25, 4] on Wisconsin (N=683), Pima (532),
@@ -288,7 +288,7 @@ def write_report(out, curves, field, speed, soft, meta):
     lines = [
         "# Bootstrap without resampling: Malzahn & Opper (2003) Fig. 1",
         "",
-        "Written by `python -m ppl_bsvm.experiments.bootstrap_fig1"
+        "Written by `python -m benchmarks.bootstrap_fig1"
         + (" --quick" if meta["quick"] else "") + "`"
         + f" on {meta['date']} ({meta['machine']}). {meta['note']}",
         "",

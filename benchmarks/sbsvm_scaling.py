@@ -1,6 +1,6 @@
 """S-BSVM from 10^4 to 5 x 10^6 points: time, memory and accuracy (Wenzel et al. 2017, 5.2).
 
-``python -m ppl_bsvm.experiments.sbsvm_scaling [--quick] [--sizes 10000 ... 5000000]``
+``python -m benchmarks.sbsvm_scaling [--quick] [--sizes 10000 ... 5000000]``
 
 Data: the SUSY-sized generator ``ppl_bsvm.datasets.susy`` (18 features; the paper used the real
 SUSY data, 5 million points), training sizes ``--sizes`` and 100,000 held-out points, features
@@ -116,7 +116,7 @@ def run_references(n: int) -> dict:
 
 
 def _child(*args) -> dict:
-    cmd = [sys.executable, "-m", "ppl_bsvm.experiments.sbsvm_scaling", *map(str, args)]
+    cmd = [sys.executable, "-m", "benchmarks.sbsvm_scaling", *map(str, args)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -191,7 +191,7 @@ def write_report(out: Path, rows, args, elapsed: float) -> str:
     text = [
         "# S-BSVM scaling: 10^4 to 5 x 10^6 points",
         "",
-        "Written by `python -m ppl_bsvm.experiments.sbsvm_scaling"
+        "Written by `python -m benchmarks.sbsvm_scaling"
         + (" --quick" if args.quick else "") + "`. SUSY-sized generated data (18 features, "
         f"standardised), {M} inducing points, lengthscale and variance learned by the ELBO, "
         "every other option at its default; test on 100,000 held-out points. Each fit runs in "

@@ -1,6 +1,6 @@
 """Test error against training time on Waveform (Wenzel et al. 2017, Fig. 1).
 
-``python -m ppl_bsvm.experiments.wenzel_fig1 [--quick]``
+``python -m benchmarks.wenzel_fig1 [--quick]``
 
 Data: the Waveform generator (``ppl_bsvm.datasets.waveform``; class 1 against classes 2 and
 3, 21 features), 5000 training points and 5000 held-out points, features standardised with
@@ -130,7 +130,7 @@ def time_to_final(points: list[dict], n_test: int = N_TEST) -> float:
 
 
 def _child(label: str, quick: bool) -> dict:
-    cmd = [sys.executable, "-m", "ppl_bsvm.experiments.wenzel_fig1", "--single", label]
+    cmd = [sys.executable, "-m", "benchmarks.wenzel_fig1", "--single", label]
     if quick:
         cmd.append("--quick")
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -208,7 +208,7 @@ def write_report(out: Path, results, quick: bool, elapsed: float) -> str:
     text = [
         "# Test error against training time on Waveform (Wenzel et al. 2017, Fig. 1)",
         "",
-        "Written by `python -m ppl_bsvm.experiments.wenzel_fig1" + (" --quick" if quick else "")
+        "Written by `python -m benchmarks.wenzel_fig1" + (" --quick" if quick else "")
         + f"`. Waveform generator, {N_TRAIN:,} training and {N_TEST:,} held-out points "
         f"(standardised), RBF kernel with lengthscale {LENGTHSCALE:g} for every method; S-BSVM "
         f"and SVGP with {M} k-means inducing points and minibatches of {BATCH}. Each method "

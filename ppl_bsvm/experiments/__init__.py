@@ -1,2 +1,0 @@
-"""Paper reproductions and benchmarks, runnable as ``python -m ppl_bsvm.experiments.<name>``;
-each writes its figures and tables under ``reports/``."""

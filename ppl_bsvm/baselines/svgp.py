@@ -63,14 +63,13 @@ from ..data import Problem, check_X
 from ..inference._common import APPROX_GROUP
 from ..inference.inducing import (
     INDUCING_METHODS,
-    Natural,
     choose_inducing,
-    from_natural,
     inducing_prior,
     kl_to_prior,
     marginals,
     project,
 )
+from ..inference.mvn import Natural, from_natural
 from .._shapes import padded_call
 from ..inference.latent import Latent
 from ..inference.loop import run

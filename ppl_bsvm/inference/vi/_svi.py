@@ -50,9 +50,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
 from ..._checks import positive_float, positive_int
+from ..mvn import gaussian_from_precision
 from . import elbo as elbo_mod
 
 __all__ = [
@@ -67,7 +68,6 @@ __all__ = [
     "target_from_statistics",
     "natural_target",
     "natural_gradient",
-    "gaussian_from_precision",
     "latent_marginals",
     "recorded",
     "check_svi_options",
@@ -179,12 +179,6 @@ def next_batch(batches: Batches, order: BatchOrder, batch_size: int, n=None):
         jnp.where(wrap, fresh_c, batches.next_c),
         jnp.where(wrap, batches.pos + batch_size - n, batches.pos + batch_size),
     )
-
-
-def gaussian_from_precision(eta1, prec):
-    """``(mean, chol)`` of ``N(P^{-1} eta1, P^{-1})``, ``chol`` the lower Cholesky factor of ``P``."""
-    chol = jnp.linalg.cholesky(0.5 * (prec + prec.T))
-    return cho_solve((chol, True), eta1), chol
 
 
 def latent_marginals(Phi, ktilde, mean, chol_prec):

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 
 from ..._checks import boolean, positive_float, positive_int
 from ...api import register
@@ -47,6 +47,7 @@ from ...result import Fit
 from .._common import check_gamma, gaussian_idata, linear_setup, mvn_draws
 from ..latent import Latent, LinearGaussian, linear_gaussian
 from ..loop import relative_change, run
+from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
@@ -58,7 +59,6 @@ from ._svi import (
     check_svi_options,
     estimate_init,
     estimate_push,
-    gaussian_from_precision,
     latent_marginals,
     natural_gradient,
     natural_target,
@@ -189,15 +189,9 @@ def _optimal_q(data: LinearData, alpha, log_s):
     return mu, chol
 
 
-def _cov_factor(chol):
-    """``L^{-T}``: a square root of the covariance ``(L L^T)^{-1}``."""
-    eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
-    return solve_triangular(chol, eye, lower=True).T
-
-
 def _second_moment(mu, chol):
     """``tr(zeta) + mu^T mu = E_q[beta^T beta]``."""
-    return jnp.sum(_cov_factor(chol) ** 2) + jnp.sum(mu**2)
+    return jnp.sum(cov_factor(chol) ** 2) + jnp.sum(mu**2)
 
 
 def _optimal_log_scale(mu, chol):
@@ -205,22 +199,12 @@ def _optimal_log_scale(mu, chol):
     return 0.5 * jnp.log(_second_moment(mu, chol) / mu.shape[0])
 
 
-def _kl(mu, chol, log_s):
-    r"""``KL(N(mu, (L L^T)^{-1}) || N(0, s^2 I))``."""
-    p = mu.shape[0]
-    return 0.5 * (
-        _second_moment(mu, chol) * jnp.exp(-2.0 * log_s)
-        - p
-        + 2.0 * p * log_s
-        + 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    )
-
-
 def collapsed_elbo(data: LinearData, mu, chol, log_s):
     """Collapsed ELBO at ``q(beta) = N(mu, (L L^T)^{-1})`` and the optimal ``alpha``."""
     m, s = latent_marginals(data.Xd, 0.0, mu, chol)
     alpha = elbo_mod.optimal_alpha(m, s, data.y)
-    value = jnp.sum(elbo_mod.collapsed_data_term(m, s, data.y, data.gamma)) - _kl(mu, chol, log_s)
+    value = (jnp.sum(elbo_mod.collapsed_data_term(m, s, data.y, data.gamma))
+             - kl_precision(mu, chol, log_s))
     return value, alpha
 
 
@@ -305,8 +289,8 @@ def make_svi_step(rate, batch_size: int, elbo_every: int | None, hyper_every: in
         do_hyper = jnp.logical_and(data.learn, count % hyper_every == 0)
         log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
         estimate, value, delta = estimate_push(
-            state.estimate, target.terms, lambda: _kl(mu, chol, log_s), data.Xd.shape[0],
-            data.period,
+            state.estimate, target.terms, lambda: kl_precision(mu, chol, log_s),
+            data.Xd.shape[0], data.period,
         )
         if elbo_every is None:
             exact = jnp.full((), jnp.nan, eta1.dtype)
@@ -346,8 +330,8 @@ def _data(setup, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
 def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamma, result,
                method, elapsed, extra_trace, options):
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
-    cov_factor = _cov_factor(chol)
-    draws = mvn_draws(key, mu, cov_factor, num_draws)
+    factor = cov_factor(chol)
+    draws = mvn_draws(key, mu, factor, num_draws)
     intercept = setup.features[-1] == "intercept"
 
     idata = gaussian_idata(
@@ -356,7 +340,7 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
         coords={"feature": setup.features},
         approximation={
             "beta_mean": np.asarray(mu),
-            "beta_cov": np.asarray(cov_factor @ cov_factor.T),
+            "beta_cov": np.asarray(factor @ factor.T),
             "alpha": np.asarray(alpha),
             "prior_scale": np.asarray(jnp.exp(log_s)),
             "elbo": np.asarray(value),

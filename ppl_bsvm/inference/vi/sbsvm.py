@@ -71,6 +71,7 @@ from .._common import check_gamma, gaussian_idata
 from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
 from ..latent import Latent
 from ..loop import run
+from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
@@ -84,7 +85,6 @@ from ._svi import (
     check_svi_options,
     estimate_init,
     estimate_push,
-    gaussian_from_precision,
     natural_gradient,
     next_batch,
     period_points,
@@ -238,14 +238,6 @@ def _project(kernel, params, Z, chol_Kmm, Xb):
     return project_whitened(kernel, params, InducingPrior(Z, None, chol_Kmm), Xb)
 
 
-def _kl_whitened(mean, chol_prec):
-    """``KL(N(mean, P^{-1}) || N(0, I))`` from the Cholesky factor of ``P``."""
-    m = mean.shape[0]
-    Linv = solve_triangular(chol_prec, jnp.eye(m, dtype=mean.dtype), lower=True)
-    return 0.5 * (jnp.sum(Linv**2) + jnp.sum(mean**2) - m
-                  + 2.0 * jnp.sum(jnp.log(jnp.diag(chol_prec))))
-
-
 def _chunks(n: int, chunk: int):
     """Number of chunks and the (static) chunk length for ``n`` rows."""
     size = min(chunk, n)
@@ -275,7 +267,7 @@ def full_elbo(kernel, params, Z, chol_Kmm, eta1, prec, data: SBSVMData, chunk: i
         return acc + jnp.sum(jnp.where(own, terms, 0.0))
 
     total = jax.lax.fori_loop(0, n_chunks, body, jnp.zeros((), mean.dtype))
-    return total - _kl_whitened(mean, chol_P)
+    return total - kl_precision(mean, chol_P)
 
 
 PASS_CHUNK = 16384
@@ -496,7 +488,7 @@ def make_step(config: Config):
                                  lambda s, d, i: s, state, data, idx)
 
         def kl():
-            return _kl_whitened(*gaussian_from_precision(state.eta1, state.prec))
+            return kl_precision(*gaussian_from_precision(state.eta1, state.prec))
 
         estimate, value, delta = estimate_push(state.estimate, target.terms, kl, data.n,
                                                data.period)
@@ -563,10 +555,10 @@ def _final_q(st: SBSVMState, key, num_draws: int) -> _FinalQ:
     """q(u) = L q(v): ``u_mean = L m_v``, ``u_cov = (L P_L^{-T})(L P_L^{-T})^T``, ``P = P_L P_L^T``."""
     mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
     m = mean_v.shape[0]
-    cov_factor_v = solve_triangular(chol_P, jnp.eye(m, dtype=mean_v.dtype), lower=True).T
+    cov_factor_v = cov_factor(chol_P)
     cov_factor_u = st.chol_Kmm @ cov_factor_v
     v_draws = mean_v + jax.random.normal(key, (num_draws, m), dtype=mean_v.dtype) @ cov_factor_v.T
-    return _FinalQ(mean_v, chol_P, _kl_whitened(mean_v, chol_P), st.chol_Kmm @ mean_v,
+    return _FinalQ(mean_v, chol_P, kl_precision(mean_v, chol_P), st.chol_Kmm @ mean_v,
                    cov_factor_u @ cov_factor_u.T, v_draws, v_draws @ st.chol_Kmm.T)
 
 

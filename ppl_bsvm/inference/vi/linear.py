@@ -55,16 +55,16 @@ from ._svi import (
     Batches,
     batch_order,
     ElboEstimate,
+    SVIModel,
     batches_init,
     check_svi_options,
     estimate_init,
-    estimate_push,
     latent_marginals,
-    natural_gradient,
     natural_target,
-    next_batch,
     period_points,
+    rate_init,
     recorded,
+    svi_step,
 )
 
 __all__ = [
@@ -239,13 +239,36 @@ def _vi_converged(info: LinearInfo, tol):
 # --- stochastic VI ------------------------------------------------------------------------
 
 
-def _svi_target(data: LinearData, idx, eta1, prec, log_s):
+def _svi_target(state: LinearSVIState, data: LinearData, idx):
+    """The batch's natural-gradient target (``_svi``), prior precision ``I / s^2``."""
     p = data.Xd.shape[1]
     Xb, yb = data.Xd[idx], data.y[idx]
-    prior_prec = jnp.eye(p, dtype=Xb.dtype) * jnp.exp(-2.0 * log_s)
-    return natural_target(
-        Xb, jnp.zeros(yb.shape, Xb.dtype), yb, prior_prec, eta1, prec, data.scale, data.gamma
-    )
+    prior_prec = jnp.eye(p, dtype=Xb.dtype) * jnp.exp(-2.0 * state.log_prior_scale)
+    return natural_target(Xb, jnp.zeros(yb.shape, Xb.dtype), yb, prior_prec, state.eta1,
+                          state.prec, data.scale, data.gamma)
+
+
+def _svi_kl(state: LinearSVIState):
+    mu, chol = gaussian_from_precision(state.eta1, state.prec)
+    return kl_precision(mu, chol, state.log_prior_scale)
+
+
+def _svi_elbo(state: LinearSVIState, data: LinearData):
+    mu, chol = gaussian_from_precision(state.eta1, state.prec)
+    return collapsed_elbo(data, mu, chol, state.log_prior_scale)[0]
+
+
+def _svi_model(hyper_every: int) -> SVIModel:
+    """Linear SVI's pieces of the shared step; every ``hyper_every`` steps (with
+    ``data.learn``) the prior scale moves to its optimum for the current ``q``."""
+
+    def hyper(state: LinearSVIState, data: LinearData, idx):
+        mu, chol = gaussian_from_precision(state.eta1, state.prec)
+        do_hyper = jnp.logical_and(data.learn, state.count % hyper_every == 0)
+        log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
+        return state._replace(log_prior_scale=log_s)
+
+    return SVIModel(_svi_target, hyper, _svi_kl, _svi_elbo)
 
 
 _batch_order = jax.jit(batch_order, static_argnums=1)
@@ -260,48 +283,22 @@ def svi_init(key, data: LinearData, log_prior_scale, rate, batch_size: int) -> L
 def _svi_init(key, data: LinearData, log_s, rate, batch_size: int):
     n, p = data.Xd.shape
     dtype = data.Xd.dtype
-    eta1 = jnp.zeros(p, dtype)
     prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
-    batches = batches_init(key, data.order, n)
-    grads = []
-    for _ in range(rate.num_init):
-        idx, batches = next_batch(batches, data.order, batch_size)
-        target = _svi_target(data, idx, eta1, prec, log_s)
-        grads.append(natural_gradient(target, eta1, prec)[2])
-    rate_state = rate.init(jnp.stack(grads) if grads else None)
-    return LinearSVIState(eta1, prec, log_s, rate_state, batches, jnp.zeros((), jnp.int32),
-                          estimate_init(dtype))
+    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None,
+                           batches_init(key, data.order, n), jnp.zeros((), jnp.int32),
+                           estimate_init(dtype))
+    return rate_init(rate, _svi_target, batch_size, n, state, data)
 
 
 @functools.lru_cache(maxsize=32)
 def make_svi_step(rate, batch_size: int, elbo_every: int | None, hyper_every: int):
     """The SVI ``step(state, data)`` for static settings (cached, so the compiled loop is reused)."""
+    model = _svi_model(hyper_every)
 
     def step(state: LinearSVIState, data: LinearData):
-        idx, batches = next_batch(state.batches, data.order, batch_size)
-        target = _svi_target(data, idx, state.eta1, state.prec, state.log_prior_scale)
-        d1, dP, g = natural_gradient(target, state.eta1, state.prec)
-        rho, rate_state = rate.update(g, state.rate, state.count)
-        eta1 = state.eta1 + rho * d1
-        prec = state.prec + rho * dP
-        count = state.count + 1
-        mu, chol = gaussian_from_precision(eta1, prec)
-        do_hyper = jnp.logical_and(data.learn, count % hyper_every == 0)
-        log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
-        estimate, value, delta = estimate_push(
-            state.estimate, target.terms, lambda: kl_precision(mu, chol, log_s),
-            data.Xd.shape[0], data.period,
-        )
-        if elbo_every is None:
-            exact = jnp.full((), jnp.nan, eta1.dtype)
-        else:
-            exact = jax.lax.cond(
-                count % elbo_every == 0,
-                lambda: collapsed_elbo(data, mu, chol, log_s)[0],
-                lambda: jnp.full((), jnp.nan, eta1.dtype),
-            )
-        new = LinearSVIState(eta1, prec, log_s, rate_state, batches, count, estimate)
-        return new, LinearInfo(value, delta, jnp.exp(log_s), rho, exact)
+        state, rec = svi_step(model, rate, batch_size, elbo_every, data.Xd.shape[0], state, data)
+        return state, LinearInfo(rec.value, rec.delta, jnp.exp(state.log_prior_scale), rec.rho,
+                                 rec.exact)
 
     return step
 

@@ -81,14 +81,14 @@ from ._svi import (
     batch_order,
     batch_statistics,
     ElboEstimate,
+    SVIModel,
     batches_init,
     check_svi_options,
     estimate_init,
-    estimate_push,
-    natural_gradient,
-    next_batch,
     period_points,
+    rate_init,
     recorded,
+    svi_step,
     target_from_statistics,
 )
 from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
@@ -446,12 +446,8 @@ def _init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
     state = SBSVMState(eta1, prec, params, Z, chol, opt, None,
                        batches_init(key, data.order, data.n), jnp.zeros((), jnp.int32),
                        estimate_init(dtype))
-    grads = []
-    for _ in range(config.rate.num_init):
-        idx, batches = next_batch(state.batches, data.order, config.batch_size, data.n)
-        state = state._replace(batches=batches)
-        grads.append(natural_gradient(_target(config, state, data, idx), eta1, prec)[2])
-    return state._replace(rate=config.rate.init(jnp.stack(grads) if grads else None))
+    return rate_init(config.rate, functools.partial(_target, config), config.batch_size, data.n,
+                     state, data)
 
 
 def init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
@@ -473,36 +469,25 @@ def make_step(config: Config):
         chol = _chol_Kmm(kernel, params, Z, data.jitter)
         return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
 
+    def hyper(state: SBSVMState, data: SBSVMData, idx):
+        if not config.learn:
+            return state
+        return jax.lax.cond(state.count % config.hyper_every == 0, hyper_step,
+                            lambda s, d, i: s, state, data, idx)
+
+    model = SVIModel(
+        target=functools.partial(_target, config),
+        hyper=hyper,
+        kl=lambda s: kl_precision(*gaussian_from_precision(s.eta1, s.prec)),
+        exact_elbo=lambda s, data: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec,
+                                             data),
+    )
+
     def step(state: SBSVMState, data: SBSVMData):
-        idx, batches = next_batch(state.batches, data.order, config.batch_size, data.n)
-        target = _target(config, state, data, idx)
-        d1, dP, g = natural_gradient(target, state.eta1, state.prec)
-        rho, rate = config.rate.update(g, state.rate, state.count)
-        count = state.count + 1
-        state = state._replace(
-            eta1=state.eta1 + rho * d1, prec=state.prec + rho * dP, rate=rate, batches=batches,
-            count=count,
-        )
-        if config.learn:
-            state = jax.lax.cond(count % config.hyper_every == 0, hyper_step,
-                                 lambda s, d, i: s, state, data, idx)
-
-        def kl():
-            return kl_precision(*gaussian_from_precision(state.eta1, state.prec))
-
-        estimate, value, delta = estimate_push(state.estimate, target.terms, kl, data.n,
-                                               data.period)
-        state = state._replace(estimate=estimate)
-        if config.elbo_every is None:
-            exact = jnp.full((), jnp.nan, value.dtype)
-        else:
-            exact = jax.lax.cond(
-                count % config.elbo_every == 0,
-                lambda s: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec, data),
-                lambda s: jnp.full((), jnp.nan, s.eta1.dtype),
-                state,
-            )
-        return state, SBSVMInfo(value, delta, rho, kernel.constrain(state.params), exact)
+        state, rec = svi_step(model, config.rate, config.batch_size, config.elbo_every, data.n,
+                              state, data)
+        return state, SBSVMInfo(rec.value, rec.delta, rec.rho, kernel.constrain(state.params),
+                                rec.exact)
 
     return step
 

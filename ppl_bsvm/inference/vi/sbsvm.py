@@ -68,7 +68,8 @@ from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from ..._shapes import CHUNK, bucket_size, pad_rows, padded_size
 from .._common import check_gamma, gaussian_idata
-from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
+from ..inducing import (INDUCING_METHODS, InducingPrior, choose_inducing, inducing_prior,
+                        project_whitened)
 from ..latent import Latent
 from ..loop import run
 from ..mvn import cov_factor, gaussian_from_precision, kl_precision
@@ -213,9 +214,8 @@ class Config(NamedTuple):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _chol_Kmm(kernel, params, Z, jitter):
-    Kmm = kernel.K(params, Z, Z)
-    Kmm = Kmm + jitter * jnp.mean(jnp.diag(Kmm)) * jnp.eye(Z.shape[0], dtype=Kmm.dtype)
-    return jnp.linalg.cholesky(Kmm)
+    """Cholesky factor of the jittered ``Kmm`` (``inducing.inducing_prior``)."""
+    return inducing_prior(kernel, params, Z, jitter).chol
 
 
 def _check_Kmm(kernel, params, Z, jitter) -> None:

@@ -7,8 +7,9 @@ arrays (``numpy.savez``, read back with ``allow_pickle=False``), and the decoder
 * JSON values, tuples, lists and dicts, and arrays (JAX arrays back as JAX arrays in float64,
   PRNG keys with their implementation);
 * ``NamedTuple`` and frozen-dataclass types defined in ``ppl_bsvm`` (engine states, kernels,
-  schedules, labels) and NumPyro's sampler states, found in modules that are **already
-  imported** (the decoder never imports a module), built from decoded fields only;
+  schedules, labels), NumPyro's sampler states and optax's optimiser states, found in modules
+  that are **already imported** (the decoder never imports a module), built from decoded
+  fields only;
 * a user's own :class:`ppl_bsvm.kernels.Kernel` subclass, under the same rule: its module must
   be imported before :func:`ppl_bsvm.load`;
 * the predictors of :mod:`ppl_bsvm.predictive` and the latent-predictive functions registered
@@ -43,8 +44,11 @@ __all__ = [
 
 _FUNCTIONS: dict[str, Any] = {}
 _OBJECTS: dict[str, type] = {}
-_STATE_MODULES = ("numpyro.infer.hmc", "numpyro.infer.hmc_util", "numpyro.infer.mcmc")
-"""Modules outside ppl_bsvm whose ``NamedTuple`` states a saved sampler checkpoint holds."""
+_STATE_MODULES = ("numpyro.infer.hmc", "numpyro.infer.hmc_util", "numpyro.infer.mcmc",
+                  "optax._src.transform")
+"""Modules outside ppl_bsvm whose ``NamedTuple`` states a saved checkpoint holds: NumPyro's
+samplers', and optax's ``ScaleByAdamState`` (the Adam of hyperparameter learning,
+``inference.vi.hyper``)."""
 
 
 def _name(obj) -> str:

@@ -11,7 +11,7 @@ import ppl_bsvm
 from ppl_bsvm import kernels
 from ppl_bsvm.baselines._likelihoods import gauss_hermite
 from ppl_bsvm.baselines.svgp import SVGPData, elbo, make_step, svgp_init
-from ppl_bsvm.inference.inducing import Natural, from_natural
+from ppl_bsvm.inference.mvn import Natural, from_natural
 
 KERNEL = kernels.RBF(lengthscale=1.5, variance=2.0)
 

@@ -9,12 +9,10 @@ from ppl_bsvm.inference import gaussian
 from ppl_bsvm.inference.inducing import (
     choose_inducing,
     kmeans,
-    from_natural,
     inducing_prior,
     kl_to_prior,
     marginals,
     project,
-    to_natural,
 )
 
 
@@ -77,15 +75,6 @@ def test_projection_against_dense_formula(setup):
     kappa = Knm @ np.linalg.inv(np.asarray(prior.Kmm))
     np.testing.assert_allclose(proj.kappa, kappa, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(proj.ktilde, 0.8 - np.sum(kappa * Knm, axis=1), atol=1e-10)
-
-
-def test_natural_parameters_round_trip(rng):
-    A = rng.standard_normal((5, 5))
-    S = A @ A.T + np.eye(5)
-    mu = rng.standard_normal(5)
-    back_mu, back_S = from_natural(to_natural(jnp.asarray(mu), jnp.asarray(S)))
-    np.testing.assert_allclose(back_mu, mu, rtol=1e-10)
-    np.testing.assert_allclose(back_S, S, rtol=1e-10)
 
 
 @pytest.mark.parametrize("method", ["kmeans", "random"])

@@ -14,7 +14,7 @@ import pytest
 import ppl_bsvm
 from ppl_bsvm import _memory, kernels
 from ppl_bsvm.inference.vi import sbsvm
-from ppl_bsvm.inference.vi._svi import gaussian_from_precision
+from ppl_bsvm.inference.mvn import gaussian_from_precision
 
 KERNEL = kernels.RBF(lengthscale=1.1, variance=1.4)
 

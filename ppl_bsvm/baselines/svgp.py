@@ -28,9 +28,9 @@ size ``rho`` on the natural parameters ``eta = (Sigma^{-1} mu, -Sigma^{-1}/2)`` 
 likelihood is the exact optimum in one step. ``rho_t = step_size (1 + t / delay)^-decay``.
 
 **Hyperparameters and inducing locations** (optional) follow the gradient of the same
-minibatch bound with Adam (written here; Kingma & Ba 2015), holding ``q(u)`` fixed during the
-step, as in Salimbeni et al. (2018). By default they stay at the kernel's values, like the
-other engines, so all methods share one prior.
+minibatch bound with Adam (Kingma & Ba 2015; ``optax``'s, through ``inference.vi.hyper`` as
+for S-BSVM), holding ``q(u)`` fixed during the step, as in Salimbeni et al. (2018). By default
+they stay at the kernel's values, like the other engines, so all methods share one prior.
 
 Stopping: the relative change of ``(eta, theta)`` per step,
 ``|delta| / (1 + |value|)``, below ``tol`` (the minibatch bound is too noisy to test). The
@@ -63,14 +63,14 @@ from ..data import Problem, check_X
 from ..inference._common import APPROX_GROUP
 from ..inference.inducing import (
     INDUCING_METHODS,
-    Natural,
     choose_inducing,
-    from_natural,
     inducing_prior,
     kl_to_prior,
     marginals,
     project,
 )
+from ..inference.mvn import Natural, from_natural
+from ..inference.vi.hyper import AdamState, adam_ascent, adam_init
 from .._shapes import padded_call
 from ..inference.latent import Latent
 from ..inference.loop import run
@@ -79,24 +79,7 @@ from ..result import Fit
 from ._common import LinkPredictor, check_baseline_link, sklearn_seed
 from ._likelihoods import check_likelihood, gauss_hermite, gauss_hermite_expectations
 
-__all__ = ["SVGPState", "SVGPInfo", "SVGPData", "AdamState", "svgp_init", "make_step", "elbo"]
-
-
-
-class AdamState(NamedTuple):
-    """Adam moments for the hyperparameters ``theta = (kernel params, Z)``.
-
-    Attributes
-    ----------
-    m, v : pytree like theta
-        First and second moment estimates.
-    count : () int
-        Steps taken.
-    """
-
-    m: Any
-    v: Any
-    count: jnp.ndarray
+__all__ = ["SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "make_step", "elbo"]
 
 
 class SVGPState(NamedTuple):
@@ -154,10 +137,8 @@ def svgp_init(kernel: Kernel, params, Z, key, jitter: float) -> SVGPState:
     prior = inducing_prior(kernel, params, Z, jitter)
     m = Z.shape[0]
     Kinv = cho_solve((prior.chol, True), jnp.eye(m, dtype=Z.dtype))
-    theta = (params, Z)
-    zeros = jax.tree.map(jnp.zeros_like, theta)
-    adam = AdamState(zeros, zeros, jnp.asarray(0))
-    return SVGPState(jnp.zeros(m, Z.dtype), -0.5 * Kinv, params, Z, adam, key, jnp.asarray(0))
+    return SVGPState(jnp.zeros(m, Z.dtype), -0.5 * Kinv, params, Z, adam_init((params, Z)), key,
+                     jnp.asarray(0))
 
 
 def elbo(kernel, likelihood, params, Z, mu, Sigma, X, y, scale, nodes, weights, jitter):
@@ -166,15 +147,6 @@ def elbo(kernel, likelihood, params, Z, mu, Sigma, X, y, scale, nodes, weights, 
     mean, var = marginals(project(kernel, params, prior, X), mu, Sigma)
     expected, _, _ = gauss_hermite_expectations(likelihood, y, mean, var, nodes, weights)
     return scale * jnp.sum(expected) - kl_to_prior(mu, Sigma, prior)
-
-
-def _adam_ascent(adam: AdamState, theta, grads, lr, b1=0.9, b2=0.999, eps=1e-8):
-    count = adam.count + 1
-    m = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, adam.m, grads)
-    v = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * g**2, adam.v, grads)
-    c1, c2 = 1.0 - b1**count, 1.0 - b2**count
-    theta = jax.tree.map(lambda p, m, v: p + lr * (m / c1) / (jnp.sqrt(v / c2) + eps), theta, m, v)
-    return theta, AdamState(m, v, count)
 
 
 def _relative(new, old):
@@ -226,7 +198,7 @@ def make_step(kernel: Kernel, likelihood: str, n: int, batch_size: int, learn_hy
                 grads[0] if learn_hyperparameters else jax.tree.map(jnp.zeros_like, grads[0]),
                 grads[1] if learn_inducing else jnp.zeros_like(grads[1]),
             )
-            theta, adam = _adam_ascent(adam, theta, grads, data.adam_lr)
+            theta, adam = adam_ascent(grads, theta, adam, data.adam_lr)
         delta = jnp.maximum(
             _relative((eta1, eta2), (state.eta1, state.eta2)),
             _relative(theta, (state.params, state.Z)),

@@ -14,8 +14,11 @@ returns unrounded floats. Gaussian fits are moment matched to the draws.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
-from scipy import linalg
+
+from ..inference import mvn
 
 __all__ = [
     "standardized_mean_error",
@@ -73,21 +76,19 @@ def gaussian_kl(mean0, cov0, mean1, cov1) -> float:
     .. math:: \tfrac12\left[\mathrm{tr}(\Sigma_1^{-1}\Sigma_0) + (\mu_1-\mu_0)^\top
               \Sigma_1^{-1}(\mu_1-\mu_0) - k + \log\frac{|\Sigma_1|}{|\Sigma_0|}\right]
 
-    Computed with Cholesky factors; raises ``ValueError`` if a covariance is not positive
-    definite (too few draws for the dimension, or a point mass).
+    Computed with Cholesky factors (``ppl_bsvm.inference.mvn.kl``, in float64); raises
+    ``ValueError`` if a covariance is not positive definite (too few draws for the dimension,
+    or a point mass).
     """
     mean0, mean1 = np.atleast_1d(mean0), np.atleast_1d(mean1)
     cov0, cov1 = np.atleast_2d(cov0), np.atleast_2d(cov1)
-    try:
+    try:  # NumPy's Cholesky raises where JAX's returns NaN
         L0 = np.linalg.cholesky(cov0)
         L1 = np.linalg.cholesky(cov1)
     except np.linalg.LinAlgError:
         raise ValueError("a covariance is not positive definite; use a diagonal fit") from None
-    k = mean0.size
-    A = linalg.solve_triangular(L1, L0, lower=True)
-    b = linalg.solve_triangular(L1, mean1 - mean0, lower=True)
-    logdet = 2.0 * (np.sum(np.log(np.diag(L1))) - np.sum(np.log(np.diag(L0))))
-    return float(0.5 * (np.sum(A**2) + np.sum(b**2) - k + logdet))
+    with jax.enable_x64(True):
+        return float(mvn.kl(*(jnp.asarray(a, jnp.float64) for a in (mean0, L0, mean1, L1))))
 
 
 def _sqrtm_psd(S: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ __all__ = [
     "pad_rows",
     "GPSetup",
     "LinearSetup",
+    "LinearData",
     "check_gamma",
     "check_kernel_matrix",
     "gaussian_idata",
@@ -53,6 +54,48 @@ class LinearSetup(NamedTuple):
     y: jnp.ndarray  # (n,)
     Z: jnp.ndarray  # (n, p)
     features: list[str]
+
+
+class LinearData(NamedTuple):
+    r"""The linear Bayesian SVM (``f_i = x_i^T beta``, ``beta ~ N(0, s^2 I)``) as each of its
+    engines reads it: traced, never baked into a compiled program.
+
+    The pseudo-likelihood sees inputs and labels only through the margins
+    ``y_i f_i = z_i^T beta``, so the rows ``z_i = y_i x_i`` stand for both. The first three
+    fields are the model's; the rest are engine settings, None where an engine has none.
+
+    Attributes
+    ----------
+    Z : (n, p)
+        Rows ``z_i = y_i x_i`` of the design (intercept column last when used).
+    prior_scale : ()
+        ``s`` (VI and SVI, which can learn it, start from it and keep ``log s`` in their state).
+    gamma : ()
+        Pseudo-likelihood temperature.
+    rows : GramRows, optional
+        Gibbs: the rows' products ``z_i z_i^T`` packed (``mcmc.conditionals.gram_rows``), when
+        they fit in memory.
+    eps : (), optional
+        ECM: floor of ``lamhat``.
+    learn : () bool, optional
+        VI and SVI: update the prior scale (closed-form maximiser of the ELBO).
+    scale : (), optional
+        VI and SVI: ``n / |S|`` (1 for batch VI).
+    period : () int32, optional
+        SVI: stream positions per period of the stopping rule (``check_every`` epochs).
+    order : BatchOrder, optional
+        SVI: the minibatch stream's fixed random order (``vi._svi``).
+    """
+
+    Z: jnp.ndarray
+    prior_scale: jnp.ndarray
+    gamma: jnp.ndarray
+    rows: object = None
+    eps: jnp.ndarray | None = None
+    learn: jnp.ndarray | None = None
+    scale: jnp.ndarray | None = None
+    period: jnp.ndarray | None = None
+    order: object = None
 
 
 def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:

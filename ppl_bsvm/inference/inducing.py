@@ -23,12 +23,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
 from .._checks import one_of, positive_int
 from .._shapes import bucket_size, pad_rows
 from ..data import check_X
 from ..kernels import DEFAULT_JITTER, Kernel
+from . import mvn
 
 __all__ = [
     "INDUCING_METHODS",
@@ -41,9 +42,6 @@ __all__ = [
     "project_whitened",
     "marginals",
     "kl_to_prior",
-    "Natural",
-    "to_natural",
-    "from_natural",
 ]
 
 INDUCING_METHODS = ("kmeans", "random")
@@ -239,38 +237,9 @@ def marginals(proj: Projection, mu, Sigma):
 
 
 def kl_to_prior(mu, Sigma, prior: InducingPrior):
-    r"""``KL(N(mu, Sigma) || N(0, Kmm))``.
+    r"""``KL(N(mu, Sigma) || N(0, Kmm))`` (``mvn.kl`` with the prior's Cholesky factor).
 
     .. math:: \tfrac12 \left[\mathrm{tr}(K_{mm}^{-1}\Sigma) + \mu^\top K_{mm}^{-1}\mu - m
               + \log|K_{mm}| - \log|\Sigma|\right]
     """
-    m = mu.shape[0]
-    chol_S = jnp.linalg.cholesky(Sigma)
-    W = solve_triangular(prior.chol, chol_S, lower=True)
-    a = solve_triangular(prior.chol, mu, lower=True)
-    logdet_K = 2.0 * jnp.sum(jnp.log(jnp.diag(prior.chol)))
-    logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diag(chol_S)))
-    return 0.5 * (jnp.sum(W**2) + jnp.sum(a**2) - m + logdet_K - logdet_S)
-
-
-class Natural(NamedTuple):
-    """Natural parameters of ``q(u)``: ``eta1 = Sigma^{-1} mu`` (m,), ``eta2 = -Sigma^{-1}/2`` (m, m)."""
-
-    eta1: jnp.ndarray
-    eta2: jnp.ndarray
-
-
-def to_natural(mu, Sigma) -> Natural:
-    chol = jnp.linalg.cholesky(Sigma)
-    prec = cho_solve((chol, True), jnp.eye(mu.shape[0], dtype=mu.dtype))
-    return Natural(prec @ mu, -0.5 * prec)
-
-
-def from_natural(nat: Natural):
-    """``(mu, Sigma)`` from natural parameters, through the Cholesky factor of the precision."""
-    prec = -2.0 * nat.eta2
-    prec = 0.5 * (prec + prec.T)
-    chol = jnp.linalg.cholesky(prec)
-    Sigma = cho_solve((chol, True), jnp.eye(prec.shape[0], dtype=prec.dtype))
-    mu = cho_solve((chol, True), nat.eta1)
-    return mu, 0.5 * (Sigma + Sigma.T)
+    return mvn.kl(mu, jnp.linalg.cholesky(Sigma), chol1=prior.chol)

@@ -4,6 +4,7 @@ Importing this package registers ``method="gibbs"`` (models ``linear``, ``gp``) 
 ``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with ``ppl_bsvm.fit``.
 """
 
+from .._common import LinearData
 from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
 from . import gibbs  # noqa: F401  registers method="gibbs"
 from .conditionals import (
@@ -16,7 +17,7 @@ from .conditionals import (
 )
 from .gibbs_kernel import BSVMGibbs
 from .line_moves import sample_line
-from .sweep import GibbsState, GPData, LinearData, gibbs_step
+from .sweep import GibbsState, GPData, gibbs_step
 from .variates import InverseGaussian, chi2_1, sample_gig_half
 from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats
 

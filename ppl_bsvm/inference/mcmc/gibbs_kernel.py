@@ -4,7 +4,7 @@ r"""The exact Gibbs sampler as a NumPyro ``MCMCKernel``: :class:`BSVMGibbs`.
 ``sequential``, ``parallel``), progress bars, ``get_samples(group_by_chain=True)`` and
 ``arviz.from_numpyro``. The module also holds what the kernel and the registered engines
 (:mod:`ppl_bsvm.inference.mcmc.gibbs`) share: the checks of the model's arguments, which build
-:class:`~ppl_bsvm.inference.mcmc.sweep.LinearData` / :class:`~ppl_bsvm.inference.mcmc.sweep.GPData`
+:class:`~ppl_bsvm.inference._common.LinearData` / :class:`~ppl_bsvm.inference.mcmc.sweep.GPData`
 from them; the ``directions`` option of the line moves; the static :class:`GibbsSettings`; and
 the transition, :func:`gibbs_init` and :func:`gibbs_sample` (one sweep of every chain, then in
 warmup the schedule that learns the line moves' directions).
@@ -26,11 +26,11 @@ from numpyro.util import is_prng_key
 from ... import models
 from ..._checks import boolean, open_interval, positive_float
 from ...kernels import Kernel, gram
+from .._common import LinearData
 from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
 from .sweep import (
     GibbsState,
     GPData,
-    LinearData,
     _accumulate,
     _learn_directions,
     gibbs_step,
@@ -79,7 +79,7 @@ def _linear_data(args: dict) -> LinearData:
         Z,
         _positive("prior_scale", args["prior_scale"], X.dtype),
         _positive("gamma", args["gamma"], X.dtype),
-        gram_rows(Z) if n * p * (p + 3) // 2 <= GRAM_ROWS_MAX_SIZE else None,
+        rows=gram_rows(Z) if n * p * (p + 3) // 2 <= GRAM_ROWS_MAX_SIZE else None,
     )
 
 

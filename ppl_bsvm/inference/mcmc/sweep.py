@@ -1,6 +1,7 @@
 """One sweep of the exact Gibbs sampler over the state of a chain.
 
-:class:`LinearData` and :class:`GPData` are the two models as the sampler sees them;
+:class:`~ppl_bsvm.inference._common.LinearData` (the linear model as all its engines see it;
+``rows`` are the sampler's) and :class:`GPData` are the two models as the sampler sees them;
 :class:`LineMoves` holds a chain's line-move directions and the warmup statistics they are
 learned from; :class:`GibbsState` is the state of one chain. :func:`gibbs_step` is one sweep:
 the scale step (:func:`~ppl_bsvm.inference.mcmc.conditionals.sample_scale`), the line moves
@@ -18,26 +19,17 @@ import jax.numpy as jnp
 from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from .conditionals import LAM_FLOOR, GramRows, sample_beta, sample_f, sample_lam, sample_scale
+from .._common import LinearData
+from .conditionals import LAM_FLOOR, sample_beta, sample_f, sample_lam, sample_scale
 from .line_moves import _MAX_LINE_TRIALS, sample_line
 
 __all__ = [
     "LineMoves",
-    "LinearData",
     "GPData",
     "GibbsState",
     "gibbs_step",
     "log_density",
 ]
-
-
-class LinearData(NamedTuple):
-    """The linear model as the sampler sees it."""
-
-    Z: jnp.ndarray  # (n, p) rows y_i x_i
-    prior_scale: jnp.ndarray  # ()
-    gamma: jnp.ndarray  # ()
-    rows: GramRows | None = None  # gram_rows(Z) when it fits in GRAM_ROWS_MAX_SIZE
 
 
 class GPData(NamedTuple):

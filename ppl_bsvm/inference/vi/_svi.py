@@ -15,7 +15,8 @@ Alg. 1 omits)
     -2\hat\eta_2 = \hat P = P_0 + c\,\gamma\,\Phi_S^\top A_S^{-1/2} \Phi_S,
 
 and the natural-gradient step is ``eta <- (1 - rho) eta + rho eta_hat``. With the full batch
-and ``rho = 1`` this is one sweep of batch coordinate ascent.
+and ``rho = 1`` this is one sweep of batch coordinate ascent. Both engines take it with
+:func:`svi_step`, giving only their model's pieces (:class:`SVIModel`).
 
 Minibatches are drawn without replacement: a stream of permutations of ``0..n-1`` is cut into
 consecutive batches, a batch straddling two permutations where one ends, so every epoch (``n``
@@ -50,9 +51,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
 from ..._checks import positive_float, positive_int
+from ..mvn import gaussian_from_precision
 from . import elbo as elbo_mod
 
 __all__ = [
@@ -67,7 +69,6 @@ __all__ = [
     "target_from_statistics",
     "natural_target",
     "natural_gradient",
-    "gaussian_from_precision",
     "latent_marginals",
     "recorded",
     "check_svi_options",
@@ -75,6 +76,10 @@ __all__ = [
     "ElboEstimate",
     "estimate_init",
     "estimate_push",
+    "SVIModel",
+    "StepRecord",
+    "rate_init",
+    "svi_step",
 ]
 
 
@@ -179,12 +184,6 @@ def next_batch(batches: Batches, order: BatchOrder, batch_size: int, n=None):
         jnp.where(wrap, fresh_c, batches.next_c),
         jnp.where(wrap, batches.pos + batch_size - n, batches.pos + batch_size),
     )
-
-
-def gaussian_from_precision(eta1, prec):
-    """``(mean, chol)`` of ``N(P^{-1} eta1, P^{-1})``, ``chol`` the lower Cholesky factor of ``P``."""
-    chol = jnp.linalg.cholesky(0.5 * (prec + prec.T))
-    return cho_solve((chol, True), eta1), chol
 
 
 def latent_marginals(Phi, ktilde, mean, chol_prec):
@@ -346,3 +345,91 @@ def check_svi_options(n: int, batch_size, check_every, elbo_every, hyper_every=1
         None if elbo_every is None else positive_int("elbo_every", elbo_every),
         positive_int("hyper_every", hyper_every),
     )
+
+
+# --- the step of both engines ---------------------------------------------------------------
+
+
+class SVIModel(NamedTuple):
+    """The model-specific pieces of a stochastic natural-gradient step (:func:`svi_step`).
+
+    An engine's state is a NamedTuple with at least the fields ``eta1``, ``prec`` (``q``'s
+    natural parameters, ``prec = -2 eta2``), ``rate`` (learning-rate state), ``batches``
+    (:class:`Batches`), ``count`` (steps taken) and ``estimate`` (:class:`ElboEstimate`); its
+    data have ``order`` (:class:`BatchOrder`) and ``period`` (stream positions per period of
+    the stopping rule).
+
+    Attributes
+    ----------
+    target : (state, data, idx) -> NaturalTarget
+        The natural-gradient target of the batch ``idx`` under the state's ``q``.
+    hyper : (state, data, idx) -> state
+        The hyperparameter step that follows ``q``'s update (returns ``state`` when none).
+    kl : state -> ()
+        ``KL(q || prior)`` at the state.
+    exact_elbo : (state, data) -> ()
+        The collapsed ELBO over all the data at the state (the ``elbo_every`` diagnostic).
+    """
+
+    target: object
+    hyper: object
+    kl: object
+    exact_elbo: object
+
+
+class StepRecord(NamedTuple):
+    """What :func:`svi_step` reports besides the state: the stopping rule's ``value`` and
+    ``delta`` (:func:`estimate_push`), the learning rate ``rho`` and ``exact``, the full-data
+    ELBO every ``elbo_every`` steps (NaN elsewhere)."""
+
+    value: jnp.ndarray
+    delta: jnp.ndarray
+    rho: jnp.ndarray
+    exact: jnp.ndarray
+
+
+def rate_init(rate, target, batch_size: int, n, state, data):
+    """``state`` with its learning-rate state: ``rate.init`` of ``rate.num_init`` natural
+    gradients of consecutive batches at the state's ``q`` (Ranganath et al.'s initialisation
+    of the adaptive rate; none for a schedule), which advance the batch stream.
+
+    ``target`` is :attr:`SVIModel.target`; ``n`` the number of points (may be traced).
+    """
+    grads = []
+    for _ in range(rate.num_init):
+        idx, batches = next_batch(state.batches, data.order, batch_size, n)
+        state = state._replace(batches=batches)
+        grads.append(natural_gradient(target(state, data, idx), state.eta1, state.prec)[2])
+    return state._replace(rate=rate.init(jnp.stack(grads) if grads else None))
+
+
+def svi_step(model: SVIModel, rate, batch_size: int, elbo_every: int | None, n, state, data):
+    r"""One stochastic natural-gradient step; returns ``(state, StepRecord)``.
+
+    The next batch ``S`` of the stream, its target ``eta_hat`` (``model.target``), the
+    learning rate ``rho_t`` from the natural gradient ``eta_hat - eta`` (``rate.update``) and
+
+    .. math:: \eta \leftarrow \eta + \rho_t (\hat\eta - \eta);
+
+    then ``model.hyper``, and the batch's data terms into the stopping rule's estimate, whose
+    KL is that of the new state (:func:`estimate_push`); every ``elbo_every`` steps (None:
+    never) also ``model.exact_elbo``. ``n`` is the number of points (may be traced).
+    """
+    idx, batches = next_batch(state.batches, data.order, batch_size, n)
+    target = model.target(state, data, idx)
+    d1, dP, g = natural_gradient(target, state.eta1, state.prec)
+    rho, rate_state = rate.update(g, state.rate, state.count)
+    count = state.count + 1
+    state = state._replace(eta1=state.eta1 + rho * d1, prec=state.prec + rho * dP,
+                           rate=rate_state, batches=batches, count=count)
+    state = model.hyper(state, data, idx)
+    estimate, value, delta = estimate_push(state.estimate, target.terms,
+                                           lambda: model.kl(state), n, data.period)
+    state = state._replace(estimate=estimate)
+    missing = jnp.full((), jnp.nan, state.eta1.dtype)
+    if elbo_every is None:
+        exact = missing
+    else:
+        exact = jax.lax.cond(count % elbo_every == 0, lambda s: model.exact_elbo(s, data),
+                             lambda s: missing, state)
+    return state, StepRecord(value, delta, rho, exact)

@@ -54,6 +54,7 @@ from ...result import Fit
 from .. import gaussian
 from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
 from .._common import (
+    LinearData,
     check_gamma,
     gaussian_idata,
     gp_setup,
@@ -66,7 +67,6 @@ __all__ = [
     "ECMState",
     "ECMInfo",
     "GPData",
-    "LinearData",
     "gp_init",
     "gp_step",
     "linear_init",
@@ -111,13 +111,6 @@ class GPData(NamedTuple):
     y: jnp.ndarray  # (n,)
     gamma: jnp.ndarray  # ()
     eps: jnp.ndarray  # () floor of lamhat
-
-
-class LinearData(NamedTuple):
-    Z: jnp.ndarray  # (n, p) rows y_i x_i
-    prior_scale: jnp.ndarray  # ()
-    gamma: jnp.ndarray
-    eps: jnp.ndarray
 
 
 def _hinge_sum(margins):
@@ -317,7 +310,7 @@ def ecm_linear(
     prior_scale = positive_float("prior_scale", prior_scale)
     t0 = time.perf_counter()
     setup = linear_setup(problem, intercept)
-    data = LinearData(setup.Z, jnp.asarray(prior_scale), jnp.asarray(gamma), jnp.asarray(eps))
+    data = LinearData(setup.Z, jnp.asarray(prior_scale), jnp.asarray(gamma), eps=jnp.asarray(eps))
     result = run(
         linear_step, linear_init(data), data, max_iter=max_iter, tol=tol, converged=_converged
     )

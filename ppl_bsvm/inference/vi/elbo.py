@@ -42,16 +42,14 @@ kernel hyperparameters is the hyperparameter gradient of paper eq. 12 at the opt
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 
-from .. import gaussian
+from .. import gaussian, mvn
 
 __all__ = [
     "optimal_alpha",
     "data_term",
     "collapsed_data_term",
-    "kl_gaussian",
-    "kl_standard",
     "linear_elbo",
     "gp_elbo",
     "sparse_elbo",
@@ -88,26 +86,6 @@ def collapsed_data_term(m, s, y, gamma=1.0):
     return gamma * (y * m - 1.0 - jnp.sqrt(optimal_alpha(m, s, y)))
 
 
-def kl_gaussian(mu, Sigma, chol_prior):
-    r"""``KL(N(mu, Sigma) || N(0, P))`` with ``P = chol_prior chol_prior^T``.
-
-    .. math:: \tfrac12\big[\mathrm{tr}(P^{-1}\Sigma) + \mu^\top P^{-1}\mu - k
-              + \log|P| - \log|\Sigma|\big]
-    """
-    chol_S = jnp.linalg.cholesky(Sigma)
-    W = solve_triangular(chol_prior, chol_S, lower=True)
-    a = solve_triangular(chol_prior, mu, lower=True)
-    logdet_P = 2.0 * jnp.sum(jnp.log(jnp.diag(chol_prior)))
-    logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diag(chol_S)))
-    return 0.5 * (jnp.sum(W**2) + jnp.sum(a**2) - mu.shape[0] + logdet_P - logdet_S)
-
-
-def kl_standard(mu, chol_S):
-    r"""``KL(N(mu, L L^T) || N(0, I))`` from the Cholesky factor ``L`` of the covariance."""
-    logdet_S = 2.0 * jnp.sum(jnp.log(jnp.diag(chol_S)))
-    return 0.5 * (jnp.sum(chol_S**2) + jnp.sum(mu**2) - mu.shape[0] - logdet_S)
-
-
 def _sum_terms(m, s, y, alpha, gamma):
     if alpha is None:
         return jnp.sum(collapsed_data_term(m, s, y, gamma))
@@ -124,7 +102,8 @@ def linear_elbo(mu, Sigma, Xd, y, prior_scale, gamma=1.0, alpha=None):
     s = jnp.sum((Xd @ Sigma) * Xd, axis=1)
     p = mu.shape[0]
     chol_prior = prior_scale * jnp.eye(p, dtype=mu.dtype)
-    return _sum_terms(m, s, y, alpha, gamma) - kl_gaussian(mu, Sigma, chol_prior)
+    return _sum_terms(m, s, y, alpha, gamma) - mvn.kl(mu, jnp.linalg.cholesky(Sigma),
+                                                      chol1=chol_prior)
 
 
 def gp_elbo(mu, Sigma, K, y, gamma=1.0, alpha=None):
@@ -133,7 +112,8 @@ def gp_elbo(mu, Sigma, K, y, gamma=1.0, alpha=None):
     Dense (``O(n^3)``) and differentiable; ``alpha=None`` gives the collapsed bound.
     """
     chol_K = jnp.linalg.cholesky(K)
-    return _sum_terms(mu, jnp.diag(Sigma), y, alpha, gamma) - kl_gaussian(mu, Sigma, chol_K)
+    return (_sum_terms(mu, jnp.diag(Sigma), y, alpha, gamma)
+            - mvn.kl(mu, jnp.linalg.cholesky(Sigma), chol1=chol_K))
 
 
 def sparse_elbo(m_v, chol_S, Psi, ktilde, y, gamma=1.0, alpha=None, scale=1.0):
@@ -147,7 +127,7 @@ def sparse_elbo(m_v, chol_S, Psi, ktilde, y, gamma=1.0, alpha=None, scale=1.0):
     """
     m = Psi @ m_v
     s = jnp.sum((Psi @ chol_S) ** 2, axis=1) + ktilde
-    return scale * _sum_terms(m, s, y, alpha, gamma) - kl_standard(m_v, chol_S)
+    return scale * _sum_terms(m, s, y, alpha, gamma) - mvn.kl(m_v, chol_S)
 
 
 def regression_bound(K, y, alpha, gamma=1.0):

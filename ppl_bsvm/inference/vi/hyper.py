@@ -9,57 +9,47 @@ on the unconstrained (log) kernel parameters ``h`` and, optionally, the inducing
 Gradients come from ``jax.grad`` of the closed-form ELBO (``elbo.py``); the step is Adam
 (Kingma and Ba 2015) in ascent form, because the scales of log-lengthscales, log-variances and
 inducing coordinates differ and a plain step size would need tuning per data set. Adam's
-per-coordinate step is about ``lr`` in the unconstrained space.
+per-coordinate step is about ``lr`` in the unconstrained space. Adam's moments and direction
+are ``optax.scale_by_adam``'s; the step size stays the engines' own (a schedule of the number
+of hyperparameter steps, ``schedules.as_step_size``, or SVGP's traced ``adam_lr``), applied
+with a plus sign.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
-import jax.numpy as jnp
 import numpy as np
+import optax
 
 from ..._checks import positive_int
 from .schedules import as_step_size
 
 __all__ = ["AdamState", "adam_init", "adam_ascent", "check_hyper_options"]
 
-_B1, _B2, _EPS = 0.9, 0.999, 1e-8
+_ADAM = optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8)  # Kingma and Ba's (and optax's) defaults
 
-
-class AdamState(NamedTuple):
-    """Adam's moments for a parameter pytree.
-
-    Attributes
-    ----------
-    count : ()
-        Steps taken (int32).
-    m, v : pytree like the parameters
-        First and second moment estimates of the gradient.
-    """
-
-    count: jnp.ndarray
-    m: object
-    v: object
+AdamState = optax.ScaleByAdamState
+"""Adam's state (optax's): ``count`` () int32, steps taken; ``mu``, ``nu``, the first and second
+moment estimates, pytrees like the parameters."""
 
 
 def adam_init(params) -> AdamState:
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    return AdamState(jnp.zeros((), jnp.int32), zeros, zeros)
+    """Adam's state for a parameter pytree: no steps taken, zero moments."""
+    return _ADAM.init(params)
 
 
 def adam_ascent(grads, params, state: AdamState, lr):
-    """One Adam step *up* the gradient: returns ``(new_params, new_state)``."""
-    count = state.count + 1
-    m = jax.tree.map(lambda m, g: _B1 * m + (1 - _B1) * g, state.m, grads)
-    v = jax.tree.map(lambda v, g: _B2 * v + (1 - _B2) * g**2, state.v, grads)
-    c1 = 1.0 - _B1 ** count.astype(float)
-    c2 = 1.0 - _B2 ** count.astype(float)
-    new = jax.tree.map(
-        lambda p, m, v: p + lr * (m / c1) / (jnp.sqrt(v / c2) + _EPS), params, m, v
-    )
-    return new, AdamState(count, m, v)
+    r"""One Adam step *up* the gradient ``g``: returns ``(new_params, new_state)``.
+
+    .. math:: m \leftarrow \beta_1 m + (1 - \beta_1) g, \quad
+              v \leftarrow \beta_2 v + (1 - \beta_2) g^2, \quad
+              h \leftarrow h + \mathrm{lr}\,\frac{m / (1 - \beta_1^t)}
+                                     {\sqrt{v / (1 - \beta_2^t)} + \epsilon}
+
+    with ``t`` the steps taken including this one (``optax.scale_by_adam``).
+    """
+    direction, state = _ADAM.update(grads, state)
+    return jax.tree.map(lambda h, d: h + lr * d, params, direction), state
 
 
 def check_hyper_options(learn_hyperparameters, hyper_lr, hyper_every):

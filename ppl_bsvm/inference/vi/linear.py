@@ -37,38 +37,36 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 
 from ..._checks import boolean, positive_float, positive_int
 from ...api import register
 from ...data import Problem
 from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
-from .._common import check_gamma, gaussian_idata, linear_setup, mvn_draws
+from .._common import LinearData, check_gamma, gaussian_idata, linear_setup, mvn_draws
 from ..latent import Latent, LinearGaussian, linear_gaussian
 from ..loop import relative_change, run
+from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
-    BatchOrder,
     Batches,
     batch_order,
     ElboEstimate,
+    SVIModel,
     batches_init,
     check_svi_options,
     estimate_init,
-    estimate_push,
-    gaussian_from_precision,
     latent_marginals,
-    natural_gradient,
     natural_target,
-    next_batch,
     period_points,
+    rate_init,
     recorded,
+    svi_step,
 )
 
 __all__ = [
-    "LinearData",
     "LinearVIState",
     "LinearSVIState",
     "LinearInfo",
@@ -78,37 +76,6 @@ __all__ = [
     "make_svi_step",
     "collapsed_elbo",
 ]
-
-
-class LinearData(NamedTuple):
-    """Everything a linear step reads besides its state (traced, never baked in).
-
-    Attributes
-    ----------
-    Xd : (n, p)
-        Design matrix (intercept column last when used).
-    y : (n,)
-        Labels in {-1, +1}.
-    gamma : ()
-        Pseudo-likelihood temperature.
-    learn : () bool
-        Update the prior scale (closed-form maximiser of the ELBO).
-    scale : ()
-        ``n / |S|`` (SVI only; 1 for batch VI).
-    period : () int32
-        Stream positions per period of SVI's stopping rule (``check_every`` epochs; unused by
-        batch VI).
-    order : BatchOrder or None
-        SVI's fixed random order of the minibatch stream (``_svi``); None for batch VI.
-    """
-
-    Xd: jnp.ndarray
-    y: jnp.ndarray
-    gamma: jnp.ndarray
-    learn: jnp.ndarray
-    scale: jnp.ndarray
-    period: jnp.ndarray
-    order: BatchOrder | None = None
 
 
 class LinearVIState(NamedTuple):
@@ -181,23 +148,17 @@ class LinearInfo(NamedTuple):
 
 def _optimal_q(data: LinearData, alpha, log_s):
     """Paper eq. 14: ``q(beta)`` given ``alpha`` (mean and Cholesky factor of the precision)."""
-    p = data.Xd.shape[1]
+    p = data.Z.shape[1]
     w = data.gamma / jnp.sqrt(alpha)
-    prec = (data.Xd.T * w) @ data.Xd + jnp.eye(p, dtype=data.Xd.dtype) * jnp.exp(-2.0 * log_s)
+    prec = (data.Z.T * w) @ data.Z + jnp.eye(p, dtype=data.Z.dtype) * jnp.exp(-2.0 * log_s)
     chol = jnp.linalg.cholesky(prec)
-    mu = cho_solve((chol, True), data.Xd.T @ (data.gamma * data.y * (1.0 + 1.0 / jnp.sqrt(alpha))))
+    mu = cho_solve((chol, True), data.Z.T @ (data.gamma * (1.0 + 1.0 / jnp.sqrt(alpha))))
     return mu, chol
-
-
-def _cov_factor(chol):
-    """``L^{-T}``: a square root of the covariance ``(L L^T)^{-1}``."""
-    eye = jnp.eye(chol.shape[0], dtype=chol.dtype)
-    return solve_triangular(chol, eye, lower=True).T
 
 
 def _second_moment(mu, chol):
     """``tr(zeta) + mu^T mu = E_q[beta^T beta]``."""
-    return jnp.sum(_cov_factor(chol) ** 2) + jnp.sum(mu**2)
+    return jnp.sum(cov_factor(chol) ** 2) + jnp.sum(mu**2)
 
 
 def _optimal_log_scale(mu, chol):
@@ -205,34 +166,29 @@ def _optimal_log_scale(mu, chol):
     return 0.5 * jnp.log(_second_moment(mu, chol) / mu.shape[0])
 
 
-def _kl(mu, chol, log_s):
-    r"""``KL(N(mu, (L L^T)^{-1}) || N(0, s^2 I))``."""
-    p = mu.shape[0]
-    return 0.5 * (
-        _second_moment(mu, chol) * jnp.exp(-2.0 * log_s)
-        - p
-        + 2.0 * p * log_s
-        + 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    )
+MARGIN_LABEL = 1.0
+"""The label of every margin ``z_i^T beta = y_i f_i``: the rows ``z_i = y_i x_i`` carry the
+labels, so the formulas in ``(f_i, y_i)`` (``elbo.py``, ``_svi``) take ``(y_i f_i, 1)``."""
 
 
 def collapsed_elbo(data: LinearData, mu, chol, log_s):
     """Collapsed ELBO at ``q(beta) = N(mu, (L L^T)^{-1})`` and the optimal ``alpha``."""
-    m, s = latent_marginals(data.Xd, 0.0, mu, chol)
-    alpha = elbo_mod.optimal_alpha(m, s, data.y)
-    value = jnp.sum(elbo_mod.collapsed_data_term(m, s, data.y, data.gamma)) - _kl(mu, chol, log_s)
+    m, s = latent_marginals(data.Z, 0.0, mu, chol)
+    alpha = elbo_mod.optimal_alpha(m, s, MARGIN_LABEL)
+    value = (jnp.sum(elbo_mod.collapsed_data_term(m, s, MARGIN_LABEL, data.gamma))
+             - kl_precision(mu, chol, log_s))
     return value, alpha
 
 
 # --- batch coordinate ascent --------------------------------------------------------------
 
 
-def vi_init(data: LinearData, log_prior_scale) -> LinearVIState:
+def vi_init(data: LinearData) -> LinearVIState:
     """Start from ``q(beta)`` = the prior."""
-    p = data.Xd.shape[1]
-    log_s = jnp.asarray(log_prior_scale, data.Xd.dtype)
-    mu = jnp.zeros(p, data.Xd.dtype)
-    chol = jnp.eye(p, dtype=data.Xd.dtype) * jnp.exp(-log_s)
+    p = data.Z.shape[1]
+    log_s = jnp.log(data.prior_scale)
+    mu = jnp.zeros(p, data.Z.dtype)
+    chol = jnp.eye(p, dtype=data.Z.dtype) * jnp.exp(-log_s)
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
     return LinearVIState(mu, chol, alpha, log_s, value)
 
@@ -255,69 +211,62 @@ def _vi_converged(info: LinearInfo, tol):
 # --- stochastic VI ------------------------------------------------------------------------
 
 
-def _svi_target(data: LinearData, idx, eta1, prec, log_s):
-    p = data.Xd.shape[1]
-    Xb, yb = data.Xd[idx], data.y[idx]
-    prior_prec = jnp.eye(p, dtype=Xb.dtype) * jnp.exp(-2.0 * log_s)
-    return natural_target(
-        Xb, jnp.zeros(yb.shape, Xb.dtype), yb, prior_prec, eta1, prec, data.scale, data.gamma
-    )
+def _svi_target(state: LinearSVIState, data: LinearData, idx):
+    """The batch's natural-gradient target (``_svi``), prior precision ``I / s^2``."""
+    Zb = data.Z[idx]
+    prior_prec = jnp.eye(Zb.shape[1], dtype=Zb.dtype) * jnp.exp(-2.0 * state.log_prior_scale)
+    return natural_target(Zb, jnp.zeros(Zb.shape[0], Zb.dtype), MARGIN_LABEL, prior_prec,
+                          state.eta1, state.prec, data.scale, data.gamma)
+
+
+def _svi_kl(state: LinearSVIState):
+    mu, chol = gaussian_from_precision(state.eta1, state.prec)
+    return kl_precision(mu, chol, state.log_prior_scale)
+
+
+def _svi_elbo(state: LinearSVIState, data: LinearData):
+    mu, chol = gaussian_from_precision(state.eta1, state.prec)
+    return collapsed_elbo(data, mu, chol, state.log_prior_scale)[0]
+
+
+def _svi_model(hyper_every: int) -> SVIModel:
+    """Linear SVI's pieces of the shared step; every ``hyper_every`` steps (with
+    ``data.learn``) the prior scale moves to its optimum for the current ``q``."""
+
+    def hyper(state: LinearSVIState, data: LinearData, idx):
+        mu, chol = gaussian_from_precision(state.eta1, state.prec)
+        do_hyper = jnp.logical_and(data.learn, state.count % hyper_every == 0)
+        log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
+        return state._replace(log_prior_scale=log_s)
+
+    return SVIModel(_svi_target, hyper, _svi_kl, _svi_elbo)
 
 
 _batch_order = jax.jit(batch_order, static_argnums=1)
 
 
-def svi_init(key, data: LinearData, log_prior_scale, rate, batch_size: int) -> LinearSVIState:
-    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch gradients."""
-    return _svi_init(key, data, jnp.asarray(log_prior_scale, data.Xd.dtype), rate, batch_size)
-
-
 @functools.partial(jax.jit, static_argnames=("rate", "batch_size"))
-def _svi_init(key, data: LinearData, log_s, rate, batch_size: int):
-    n, p = data.Xd.shape
-    dtype = data.Xd.dtype
-    eta1 = jnp.zeros(p, dtype)
+def svi_init(key, data: LinearData, rate, batch_size: int) -> LinearSVIState:
+    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch gradients."""
+    n, p = data.Z.shape
+    dtype = data.Z.dtype
+    log_s = jnp.log(data.prior_scale)
     prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
-    batches = batches_init(key, data.order, n)
-    grads = []
-    for _ in range(rate.num_init):
-        idx, batches = next_batch(batches, data.order, batch_size)
-        target = _svi_target(data, idx, eta1, prec, log_s)
-        grads.append(natural_gradient(target, eta1, prec)[2])
-    rate_state = rate.init(jnp.stack(grads) if grads else None)
-    return LinearSVIState(eta1, prec, log_s, rate_state, batches, jnp.zeros((), jnp.int32),
-                          estimate_init(dtype))
+    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None,
+                           batches_init(key, data.order, n), jnp.zeros((), jnp.int32),
+                           estimate_init(dtype))
+    return rate_init(rate, _svi_target, batch_size, n, state, data)
 
 
 @functools.lru_cache(maxsize=32)
 def make_svi_step(rate, batch_size: int, elbo_every: int | None, hyper_every: int):
     """The SVI ``step(state, data)`` for static settings (cached, so the compiled loop is reused)."""
+    model = _svi_model(hyper_every)
 
     def step(state: LinearSVIState, data: LinearData):
-        idx, batches = next_batch(state.batches, data.order, batch_size)
-        target = _svi_target(data, idx, state.eta1, state.prec, state.log_prior_scale)
-        d1, dP, g = natural_gradient(target, state.eta1, state.prec)
-        rho, rate_state = rate.update(g, state.rate, state.count)
-        eta1 = state.eta1 + rho * d1
-        prec = state.prec + rho * dP
-        count = state.count + 1
-        mu, chol = gaussian_from_precision(eta1, prec)
-        do_hyper = jnp.logical_and(data.learn, count % hyper_every == 0)
-        log_s = jnp.where(do_hyper, _optimal_log_scale(mu, chol), state.log_prior_scale)
-        estimate, value, delta = estimate_push(
-            state.estimate, target.terms, lambda: _kl(mu, chol, log_s), data.Xd.shape[0],
-            data.period,
-        )
-        if elbo_every is None:
-            exact = jnp.full((), jnp.nan, eta1.dtype)
-        else:
-            exact = jax.lax.cond(
-                count % elbo_every == 0,
-                lambda: collapsed_elbo(data, mu, chol, log_s)[0],
-                lambda: jnp.full((), jnp.nan, eta1.dtype),
-            )
-        new = LinearSVIState(eta1, prec, log_s, rate_state, batches, count, estimate)
-        return new, LinearInfo(value, delta, jnp.exp(log_s), rho, exact)
+        state, rec = svi_step(model, rate, batch_size, elbo_every, data.Z.shape[0], state, data)
+        return state, LinearInfo(rec.value, rec.delta, jnp.exp(state.log_prior_scale), rec.rho,
+                                 rec.exact)
 
     return step
 
@@ -336,18 +285,18 @@ def _check(prior_scale, intercept, gamma, learn, max_iter, tol, num_draws, link)
     return positive_float("prior_scale", prior_scale), check_gamma(gamma)
 
 
-def _data(setup, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
+def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
     return LinearData(
-        setup.Xd, setup.y, jnp.asarray(gamma), jnp.asarray(learn), jnp.asarray(float(scale)),
-        jnp.asarray(period, jnp.int32), order,
+        setup.Z, jnp.asarray(prior_scale), jnp.asarray(gamma), learn=jnp.asarray(learn),
+        scale=jnp.asarray(float(scale)), period=jnp.asarray(period, jnp.int32), order=order,
     )
 
 
 def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamma, result,
                method, elapsed, extra_trace, options):
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
-    cov_factor = _cov_factor(chol)
-    draws = mvn_draws(key, mu, cov_factor, num_draws)
+    factor = cov_factor(chol)
+    draws = mvn_draws(key, mu, factor, num_draws)
     intercept = setup.features[-1] == "intercept"
 
     idata = gaussian_idata(
@@ -356,7 +305,7 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
         coords={"feature": setup.features},
         approximation={
             "beta_mean": np.asarray(mu),
-            "beta_cov": np.asarray(cov_factor @ cov_factor.T),
+            "beta_cov": np.asarray(factor @ factor.T),
             "alpha": np.asarray(alpha),
             "prior_scale": np.asarray(jnp.exp(log_s)),
             "elbo": np.asarray(value),
@@ -419,8 +368,8 @@ def linear_vi(
     )
     t0 = time.perf_counter()
     setup = linear_setup(problem, intercept)
-    data = _data(setup, gamma, learn_hyperparameters)
-    state = vi_init(data, np.log(prior_scale))
+    data = _data(setup, prior_scale, gamma, learn_hyperparameters)
+    state = vi_init(data)
     result = run(vi_step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged)
     st = result.state
     elapsed = time.perf_counter() - t0
@@ -496,13 +445,13 @@ def linear_svi(
     t0 = time.perf_counter()
     setup = linear_setup(problem, intercept)
     k_init, k_draws = jax.random.split(key)
-    data = _data(setup, gamma, learn_hyperparameters, n / batch_size,
+    data = _data(setup, prior_scale, gamma, learn_hyperparameters, n / batch_size,
                  period_points(n, batch_size, check_every),
                  _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
     state = None
     if previous is None:
-        state = svi_init(k_init, data, np.log(prior_scale), rate, batch_size)
+        state = svi_init(k_init, data, rate, batch_size)
     step = make_svi_step(rate, batch_size, elbo_every, hyper_every)
     result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged,
                  resume=previous)

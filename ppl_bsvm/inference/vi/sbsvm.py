@@ -68,9 +68,11 @@ from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
 from ...result import Fit
 from ..._shapes import CHUNK, bucket_size, pad_rows, padded_size
 from .._common import check_gamma, gaussian_idata
-from ..inducing import INDUCING_METHODS, InducingPrior, choose_inducing, project_whitened
+from ..inducing import (INDUCING_METHODS, InducingPrior, choose_inducing, inducing_prior,
+                        project_whitened)
 from ..latent import Latent
 from ..loop import run
+from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
 from . import schedules
 from ._svi import (
@@ -80,15 +82,14 @@ from ._svi import (
     batch_order,
     batch_statistics,
     ElboEstimate,
+    SVIModel,
     batches_init,
     check_svi_options,
     estimate_init,
-    estimate_push,
-    gaussian_from_precision,
-    natural_gradient,
-    next_batch,
     period_points,
+    rate_init,
     recorded,
+    svi_step,
     target_from_statistics,
 )
 from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
@@ -213,9 +214,8 @@ class Config(NamedTuple):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _chol_Kmm(kernel, params, Z, jitter):
-    Kmm = kernel.K(params, Z, Z)
-    Kmm = Kmm + jitter * jnp.mean(jnp.diag(Kmm)) * jnp.eye(Z.shape[0], dtype=Kmm.dtype)
-    return jnp.linalg.cholesky(Kmm)
+    """Cholesky factor of the jittered ``Kmm`` (``inducing.inducing_prior``)."""
+    return inducing_prior(kernel, params, Z, jitter).chol
 
 
 def _check_Kmm(kernel, params, Z, jitter) -> None:
@@ -236,14 +236,6 @@ def _check_Kmm(kernel, params, Z, jitter) -> None:
 
 def _project(kernel, params, Z, chol_Kmm, Xb):
     return project_whitened(kernel, params, InducingPrior(Z, None, chol_Kmm), Xb)
-
-
-def _kl_whitened(mean, chol_prec):
-    """``KL(N(mean, P^{-1}) || N(0, I))`` from the Cholesky factor of ``P``."""
-    m = mean.shape[0]
-    Linv = solve_triangular(chol_prec, jnp.eye(m, dtype=mean.dtype), lower=True)
-    return 0.5 * (jnp.sum(Linv**2) + jnp.sum(mean**2) - m
-                  + 2.0 * jnp.sum(jnp.log(jnp.diag(chol_prec))))
 
 
 def _chunks(n: int, chunk: int):
@@ -275,7 +267,7 @@ def full_elbo(kernel, params, Z, chol_Kmm, eta1, prec, data: SBSVMData, chunk: i
         return acc + jnp.sum(jnp.where(own, terms, 0.0))
 
     total = jax.lax.fori_loop(0, n_chunks, body, jnp.zeros((), mean.dtype))
-    return total - _kl_whitened(mean, chol_P)
+    return total - kl_precision(mean, chol_P)
 
 
 PASS_CHUNK = 16384
@@ -454,12 +446,8 @@ def _init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
     state = SBSVMState(eta1, prec, params, Z, chol, opt, None,
                        batches_init(key, data.order, data.n), jnp.zeros((), jnp.int32),
                        estimate_init(dtype))
-    grads = []
-    for _ in range(config.rate.num_init):
-        idx, batches = next_batch(state.batches, data.order, config.batch_size, data.n)
-        state = state._replace(batches=batches)
-        grads.append(natural_gradient(_target(config, state, data, idx), eta1, prec)[2])
-    return state._replace(rate=config.rate.init(jnp.stack(grads) if grads else None))
+    return rate_init(config.rate, functools.partial(_target, config), config.batch_size, data.n,
+                     state, data)
 
 
 def init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
@@ -481,36 +469,25 @@ def make_step(config: Config):
         chol = _chol_Kmm(kernel, params, Z, data.jitter)
         return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
 
+    def hyper(state: SBSVMState, data: SBSVMData, idx):
+        if not config.learn:
+            return state
+        return jax.lax.cond(state.count % config.hyper_every == 0, hyper_step,
+                            lambda s, d, i: s, state, data, idx)
+
+    model = SVIModel(
+        target=functools.partial(_target, config),
+        hyper=hyper,
+        kl=lambda s: kl_precision(*gaussian_from_precision(s.eta1, s.prec)),
+        exact_elbo=lambda s, data: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec,
+                                             data),
+    )
+
     def step(state: SBSVMState, data: SBSVMData):
-        idx, batches = next_batch(state.batches, data.order, config.batch_size, data.n)
-        target = _target(config, state, data, idx)
-        d1, dP, g = natural_gradient(target, state.eta1, state.prec)
-        rho, rate = config.rate.update(g, state.rate, state.count)
-        count = state.count + 1
-        state = state._replace(
-            eta1=state.eta1 + rho * d1, prec=state.prec + rho * dP, rate=rate, batches=batches,
-            count=count,
-        )
-        if config.learn:
-            state = jax.lax.cond(count % config.hyper_every == 0, hyper_step,
-                                 lambda s, d, i: s, state, data, idx)
-
-        def kl():
-            return _kl_whitened(*gaussian_from_precision(state.eta1, state.prec))
-
-        estimate, value, delta = estimate_push(state.estimate, target.terms, kl, data.n,
-                                               data.period)
-        state = state._replace(estimate=estimate)
-        if config.elbo_every is None:
-            exact = jnp.full((), jnp.nan, value.dtype)
-        else:
-            exact = jax.lax.cond(
-                count % config.elbo_every == 0,
-                lambda s: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec, data),
-                lambda s: jnp.full((), jnp.nan, s.eta1.dtype),
-                state,
-            )
-        return state, SBSVMInfo(value, delta, rho, kernel.constrain(state.params), exact)
+        state, rec = svi_step(model, config.rate, config.batch_size, config.elbo_every, data.n,
+                              state, data)
+        return state, SBSVMInfo(rec.value, rec.delta, rec.rho, kernel.constrain(state.params),
+                                rec.exact)
 
     return step
 
@@ -563,10 +540,10 @@ def _final_q(st: SBSVMState, key, num_draws: int) -> _FinalQ:
     """q(u) = L q(v): ``u_mean = L m_v``, ``u_cov = (L P_L^{-T})(L P_L^{-T})^T``, ``P = P_L P_L^T``."""
     mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)
     m = mean_v.shape[0]
-    cov_factor_v = solve_triangular(chol_P, jnp.eye(m, dtype=mean_v.dtype), lower=True).T
+    cov_factor_v = cov_factor(chol_P)
     cov_factor_u = st.chol_Kmm @ cov_factor_v
     v_draws = mean_v + jax.random.normal(key, (num_draws, m), dtype=mean_v.dtype) @ cov_factor_v.T
-    return _FinalQ(mean_v, chol_P, _kl_whitened(mean_v, chol_P), st.chol_Kmm @ mean_v,
+    return _FinalQ(mean_v, chol_P, kl_precision(mean_v, chol_P), st.chol_Kmm @ mean_v,
                    cov_factor_u @ cov_factor_u.T, v_draws, v_draws @ st.chol_Kmm.T)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import ppl_bsvm
 from ppl_bsvm import _memory, kernels
-from ppl_bsvm.inference.vi import sbsvm
+from ppl_bsvm.inference.vi import sbsvm, sbsvm_marginals
 from ppl_bsvm.inference.mvn import gaussian_from_precision
 
 KERNEL = kernels.RBF(lengthscale=1.1, variance=1.4)
@@ -36,8 +36,9 @@ def test_batch_marginals_and_statistics_both_forms_match_the_definition(b):
         eta1 = r.standard_normal(m)
         mean, chol_P = gaussian_from_precision(jnp.asarray(eta1), jnp.asarray(prec))
         args = (KERNEL, params, jnp.asarray(Z), chol_K, mean, chol_P, jnp.asarray(Xb))
-        assert sbsvm._uses_gemm(args[2], args[-1]) == (b >= sbsvm.GEMM_MIN_RATIO * m)
-        m_f, s_f = sbsvm._batch_marginals(*args)
+        gemm = b >= sbsvm_marginals.GEMM_MIN_RATIO * m
+        assert sbsvm_marginals._uses_gemm(args[2], args[-1]) == gemm
+        m_f, s_f = sbsvm_marginals._batch_marginals(*args)
         st = sbsvm._local_statistics(*args, jnp.asarray(yb), 1.0)
         Kmb = np.asarray(KERNEL.K(params, jnp.asarray(Z), jnp.asarray(Xb)))
         psi = np.linalg.solve(np.asarray(chol_K), Kmb)

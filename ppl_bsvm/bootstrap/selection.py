@@ -6,7 +6,7 @@ smooth function of the kernel hyperparameters, unlike the leave-one-out error, w
 :func:`make_objective` exposes it, or Efron's .632 / .632+ estimate built from
 :math:`\varepsilon(N)`, as a pure JAX function of the unconstrained (log) hyperparameters.
 Its gradient comes from implicit differentiation of the fixed point
-(:func:`ppl_bsvm.bootstrap.tap.fixed_point`): one adjoint linear system, solved with
+(:func:`ppl_bsvm.bootstrap.tap_gradient.fixed_point`): one adjoint linear system, solved with
 vector-Jacobian products of a single sweep, instead of differentiating through hundreds of
 sweeps.
 :func:`select_hyperparameters` minimises it with L-BFGS-B.
@@ -28,7 +28,7 @@ from scipy.optimize import minimize
 from .._checks import one_of, positive_float, positive_int
 from .._runtime import entry_point
 from ..kernels import DEFAULT_JITTER, Kernel, gram
-from . import tap
+from . import tap, tap_gradient
 from ._setup import BIAS_FACTOR, check_ratios, make_setup, resolve_variant
 from .theory import n_copies_for, oob_loss
 
@@ -136,7 +136,7 @@ class Objective:
         params = jax.tree.map(lambda p: jnp.asarray(p, jnp.float64), params)
         data = self._data(params)
         K = data.K
-        theta, n_iter, done = tap.fixed_point(
+        theta, n_iter, done = tap_gradient.fixed_point(
             self.config, data, theta0, tol=self.tol, max_iter=self.max_iter
         )
         value = _estimate(self.config, self.estimator, K, self.y, theta, self.noise)

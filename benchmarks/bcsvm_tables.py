@@ -35,7 +35,7 @@ C = {1, 10, 100, 1000}, a grid that grows past any edge its optimum lies on (:fu
 for Table 1 once per data set on the first repetition's training set, for Table 2 on every
 training fold; the BC-SVMs reuse the SVM's values. BUPA and PIMA inputs are standardised with
 the training statistics; WAVEFORM's (one signal's samples, one unit) are not. The SVM rows are
-the single-module BC-SVM (which is the 2-norm SVM: ``tests/test_baselines_bcsvm.py``),
+the single-module BC-SVM (which is the 2-norm SVM: ``tests/baselines/test_bcsvm.py``),
 evaluated through its decision function.
 
 Writes ``tables.md`` (both tables, ours next to the paper's), ``table1.csv``, ``table2.csv``,

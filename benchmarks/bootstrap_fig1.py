@@ -420,7 +420,7 @@ def findings(curves, field, speed, soft):
         out.append(
             f"- Soft margin: the largest deviation is {100 * dev:+.1f} % ({where}). The "
             "soft-margin tilted moments agree with brute-force sampling "
-            "(tests/test_bootstrap_tap.py), so the gap is the Gaussian-cavity approximation, "
+            "(tests/bootstrap/test_tap.py), so the gap is the Gaussian-cavity approximation, "
             "not the equations; compare the rows by C and the number of points at the bound."
         )
     else:

@@ -55,7 +55,7 @@ bias ``M`` times where the modules know little. With ``M = 1``, ``C_BCM = cov_1^
 BC-SVM is the 2-norm SVM. (Along the constant direction the prior of ``f`` itself is then not
 divided out either, so where no module knows anything the BCM weighs the biases ``b_i`` by
 ``1 / (sigma^2 + N_Q / c_i)`` and shrinks the variance of the query-set mean of ``f`` by ``M``:
-an ``O(1 / N_Q)`` effect, tested in ``tests/test_baselines_bcsvm.py``. A BCM over the joint
+an ``O(1 / N_Q)`` effect, tested in ``tests/baselines/test_bcsvm.py``. A BCM over the joint
 ``(f^q, b)``, with ``b`` as an extra query variable, would avoid it.)
 
 Computation, in coordinates whitened by the prior, ``g = L^{-1} h^q`` with ``L L^T = Sigma^qq``

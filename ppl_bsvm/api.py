@@ -1,10 +1,11 @@
 """``ppl_bsvm.fit``: one entry point, a registry of inference engines behind it.
 
-An engine is a function ``engine(problem, *, key, [kernel], **options) -> Fit`` registered for
-one method name and one or more models with :func:`register`. ``fit`` validates the data,
-resolves the kernel and seed, checks the options against the engine's signature (an unknown
-option is an error, never silently dropped), runs the engine with float64 enabled and fills in
-the parts of the ``Fit`` that every engine shares.
+An engine is registered for one method name and one or more models with :func:`register`,
+with its options class (:mod:`ppl_bsvm.engine`: the contract). ``fit`` validates the data,
+resolves the kernel and seed, builds the options (an unknown option or a bad value is a
+``ValueError`` naming it, never silently dropped), runs the engine with float64 enabled and
+builds the ``Fit`` from the engine's :class:`~ppl_bsvm.engine.Approximation`: here, and
+nowhere else.
 
 Long runs of the engines that support it (the samplers, stochastic VI) can be checkpointed
 (``fit(..., checkpoint=path, checkpoint_every=k)`` saves the fit every ``k`` iterations) and
@@ -13,10 +14,8 @@ continued with :func:`resume`; a resumed run gives the same result as an uninter
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
-import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
 from ._serial import Unsaved
+from .engine import Approximation, Options
 from .data import Problem, check_X_y
 from .exceptions import warn_max_iter
 from .kernels import get_kernel
@@ -48,6 +48,9 @@ _ENGINE_MODULES = (
 
 
 class Engine(NamedTuple):
+    """A registered engine: ``fn(problem, options, *, key[, kernel][, resume]) ->
+    Approximation`` and its ``options`` class (:mod:`ppl_bsvm.engine`)."""
+
     fn: Callable
     method: str
     model: str
@@ -55,17 +58,23 @@ class Engine(NamedTuple):
     summary: str
     budget: str | None  # the option that counts iterations, for engines that can resume
     memory: Callable | None = None  # (n, d, options) -> working bytes, see _memory
+    options: type[Options] | None = None
+
+    @property
+    def where(self) -> str:
+        return f"method={self.method!r}, model={self.model!r}"
 
 
 _REGISTRY: dict[tuple[str, str], Engine] = {}
 _loaded = False
 
 
-def register(method: str, models, *, uses_kernel: bool = True, budget: str | None = None,
-             memory: Callable | None = None):
+def register(method: str, models, *, options: type[Options], uses_kernel: bool = True,
+             budget: str | None = None, memory: Callable | None = None):
     """Decorator registering an engine for ``method`` under each of ``models``.
 
-    The engine's docstring's first line is its one-line description in ``list_methods``.
+    ``options`` is the engine's options class (:class:`ppl_bsvm.engine.Options`). The
+    engine's docstring's first line is its one-line description in ``list_methods``.
     ``budget`` names the option counting the engine's iterations (``"max_iter"``,
     ``"num_samples"``) when the engine can resume: it then takes a keyword ``resume`` (an
     earlier ``Fit`` of the same engine, or None) and continues that fit's ``checkpoint``.
@@ -73,16 +82,16 @@ def register(method: str, models, *, uses_kernel: bool = True, budget: str | Non
     inputs (``_memory``), so that a fit that cannot fit fails before it starts.
     """
     models = (models,) if isinstance(models, str) else tuple(models)
+    if budget is not None and budget not in options.names():
+        raise ValueError(f"budget {budget!r} is not an option of {options.__name__}")
 
     def decorate(fn):
-        summary = (inspect.getdoc(fn) or "").split("\n")[0]
+        summary = (fn.__doc__ or "").strip().split("\n")[0]
         for model in models:
             if model not in MODELS:
                 raise ValueError(f"unknown model {model!r} in register; valid: {MODELS}")
-            if budget is not None and "resume" not in inspect.signature(fn).parameters:
-                raise ValueError(f"engine {fn.__name__} has a budget but no 'resume' argument")
             _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget,
-                                                memory)
+                                                memory, options)
         return fn
 
     return decorate
@@ -125,26 +134,8 @@ def get_engine(model: str, method: str) -> Engine:
     return engine
 
 
-def _engine_options(fn: Callable) -> dict[str, inspect.Parameter]:
-    params = inspect.signature(fn).parameters
-    return {
-        k: p
-        for k, p in params.items()
-        if k not in ("problem", "key", "kernel", "resume") and p.kind is p.KEYWORD_ONLY
-    }
-
-
-def _check_options(engine: Engine, options: dict) -> dict:
-    valid = _engine_options(engine.fn)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {unknown} for method={engine.method!r}, model={engine.model!r}; "
-            f"valid options are {sorted(valid)}"
-        )
-    resolved = {k: p.default for k, p in valid.items() if p.default is not p.empty}
-    resolved.update(options)
-    return resolved
+def _check_options(engine: Engine, options: dict) -> Options:
+    return engine.options.parse(options, engine.where)
 
 
 @entry_point
@@ -223,12 +214,12 @@ def fit(
     """
     start = time.perf_counter()
     engine = get_engine(model, method)
-    resolved = _check_options(engine, options)
-    _check_memory(engine, X, resolved)
+    config = _check_options(engine, options)
+    _check_memory(engine, X, config)
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
     progress_bar = _progress.check_progress_bar(progress_bar)
-    every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
+    every = _check_checkpoint(engine, checkpoint, checkpoint_every, config)
     if engine.uses_kernel:
         kernel = get_kernel("rbf" if kernel is None else kernel)
     elif kernel is not None:
@@ -242,7 +233,7 @@ def fit(
         "seed": _key_data(key),
         "fingerprint": _fingerprint(problem),
     }
-    return _run_engine(engine, problem, key, kernel, resolved, shared, None, checkpoint, every,
+    return _run_engine(engine, problem, key, kernel, config, shared, None, checkpoint, every,
                        start, progress_bar)
 
 
@@ -297,7 +288,7 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
             "resume needs the same rows in the same order"
         )
     progress_bar = _progress.check_progress_bar(progress_bar)
-    _check_options(engine, options)
+    engine.options.parse(options, engine.where)  # names an unknown option before the rest
     unsaved = {k for k, v in previous.options.items() if isinstance(v, Unsaved)}
     missing = sorted(unsaved - set(options))
     if missing:
@@ -313,13 +304,12 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
                 f"option {name!r} cannot change when resuming (it was "
                 f"{previous.options.get(name)!r}); only {sorted(free)} can"
             )
-    valid = _engine_options(engine.fn)
-    resolved = {k: v for k, v in previous.options.items() if k in valid}
-    resolved.update(options)
-    every = _check_checkpoint(engine, checkpoint, checkpoint_every, resolved)
+    saved = {k: v for k, v in previous.options.items() if k in engine.options.names()}
+    config = engine.options.parse({**saved, **options}, engine.where)
+    every = _check_checkpoint(engine, checkpoint, checkpoint_every, config)
     key = jax.random.wrap_key_data(jax.numpy.asarray(previous.seed))
     shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "seed", "fingerprint")}
-    return _run_engine(engine, problem, key, previous.kernel, resolved, shared, previous,
+    return _run_engine(engine, problem, key, previous.kernel, config, shared, previous,
                        checkpoint, every, start, progress_bar)
 
 
@@ -334,7 +324,7 @@ def _resumable() -> list[tuple[str, str]]:
     return sorted((m, meth) for (m, meth), e in _REGISTRY.items() if e.budget)
 
 
-def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: dict):
+def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, config: Options):
     if checkpoint is None:
         if checkpoint_every is not None:
             raise ValueError("checkpoint_every needs checkpoint=<directory>")
@@ -349,7 +339,7 @@ def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: di
     if checkpoint_every is None:
         return None
     every = positive_int("checkpoint_every", checkpoint_every)
-    thinning = resolved.get("thinning", 1)
+    thinning = getattr(config, "thinning", 1)
     if isinstance(thinning, int) and thinning > 0 and every % thinning:
         raise ValueError(
             f"checkpoint_every={every} must be a multiple of thinning={thinning}, so that the "
@@ -358,7 +348,7 @@ def _check_checkpoint(engine: Engine, checkpoint, checkpoint_every, resolved: di
     return every
 
 
-def _check_memory(engine, X, resolved) -> None:
+def _check_memory(engine, X, config: Options) -> None:
     """Fail before any work (and before ``check_X`` copies ``X``) when the fit cannot fit in
     memory (``_memory.check_fit``)."""
     shape = getattr(X, "shape", None)
@@ -366,7 +356,7 @@ def _check_memory(engine, X, resolved) -> None:
         return  # lists and malformed input: check_X converts and reports them
     n, d = int(shape[0]), int(shape[1])
     try:
-        working = 0 if engine.memory is None else int(engine.memory(n, d, resolved))
+        working = 0 if engine.memory is None else int(engine.memory(n, d, config.as_dict()))
     except (TypeError, ValueError):
         return  # invalid options: the engine's own checks name them
     dense = engine.memory is not None and getattr(engine.memory, "dense", False)
@@ -376,49 +366,74 @@ def _check_memory(engine, X, resolved) -> None:
                       hint)
 
 
-def _run_engine(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,
+def _run_engine(engine, problem, key, kernel, config, shared, previous, checkpoint, every,
                 start, progress_bar=None) -> Fit:
     """Run the engine (in segments of ``every`` iterations when checkpointing) and finish the
     Fit; warn when it stopped at its iteration cap."""
     with _progress.settings(progress_bar, f"{engine.model}/{engine.method}"):
-        result = _run_segments(engine, problem, key, kernel, resolved, shared, previous,
+        result = _run_segments(engine, problem, key, kernel, config, shared, previous,
                                checkpoint, every, start)
     if result.stop_reason == "max_iter":
         warn_max_iter(f"method={engine.method!r} (model={engine.model!r})",
-                      resolved.get("max_iter"), resolved.get("tol"), stacklevel=4)
+                      getattr(config, "max_iter", None), getattr(config, "tol", None),
+                      stacklevel=4)
     return result
 
 
-def _run_segments(engine, problem, key, kernel, resolved, shared, previous, checkpoint, every,
+def _run_segments(engine, problem, key, kernel, config, shared, previous, checkpoint, every,
                   start) -> Fit:
     """The engine's run, in segments of ``every`` iterations when checkpointing."""
-    kwargs = dict(resolved)
+    kwargs = {"key": key}
     if engine.uses_kernel:
         kwargs["kernel"] = kernel
-    if engine.budget is not None:
-        kwargs["resume"] = previous
-    total = resolved.get(engine.budget)
+    total = getattr(config, engine.budget) if engine.budget is not None else None
     done = 0 if previous is None else previous.checkpoint.n_iter
     while True:
+        segment = config
         if every is not None:
-            kwargs[engine.budget] = min(total, (done // every + 1) * every)
-        result = engine.fn(problem, key=key, **kwargs)
-        if previous is not None:
-            result = dataclasses.replace(result, timings=_add_timings(previous.timings, result.timings))
-        result = dataclasses.replace(
-            result,
-            **shared,
-            timings={**result.timings, "total": time.perf_counter() - start
-                     + (previous.timings.get("total", 0.0) if previous is not None else 0.0)},
-            options={**resolved, **result.options},
-        )
+            segment = config.replace(**{engine.budget: min(total, (done // every + 1) * every)})
+        if engine.budget is not None:
+            kwargs["resume"] = previous
+        approx = engine.fn(problem, segment, **kwargs)
+        result = _make_fit(engine, approx, kernel, config, shared, previous, start)
         if checkpoint is not None:
             result.save(checkpoint, overwrite=True)
         if every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total:
             return result
-        kwargs["resume"] = previous = result
+        previous = result
         done = result.checkpoint.n_iter
         start = time.perf_counter()
+
+
+def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, shared: dict,
+              previous: Fit | None, start: float) -> Fit:
+    """The ``Fit`` of an engine's run: the one place a ``Fit`` is built (``previous``: the
+    fit a resumed run continues, whose timings add up)."""
+    if not isinstance(approx, Approximation):
+        raise TypeError(f"engine {engine.fn.__name__} returned {type(approx).__name__}, "
+                        "not an Approximation")
+    timings = dict(approx.timings)
+    total = time.perf_counter() - start
+    if previous is not None:
+        timings = _add_timings(previous.timings, timings)
+        total += previous.timings.get("total", 0.0)
+    return Fit(
+        idata=approx.idata,
+        method=engine.method,
+        model=engine.model,
+        predictor=approx.predictor,
+        trace=dict(approx.trace),
+        stop_reason=approx.stop_reason,
+        n_iter=approx.n_iter,
+        kernel=kernel if engine.uses_kernel else None,
+        kernel_params=approx.kernel_params,
+        jitter=approx.jitter,
+        options={**config.as_dict(), **approx.options},
+        state=approx.state,
+        checkpoint=approx.checkpoint,
+        timings={**timings, "total": total},
+        **shared,
+    )
 
 
 def _add_timings(old: dict, new: dict) -> dict:

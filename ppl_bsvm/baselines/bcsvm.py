@@ -248,7 +248,7 @@ def svm2_init(data: SVM2Data) -> SVM2State:
     return SVM2State(a, b, data.valid, objective)
 
 
-def svm2_step(state: SVM2State, data: SVM2Data):
+def svm2_step(_static, _key, state: SVM2State, data: SVM2Data):
     """One damped Newton step for every module."""
     step = jax.vmap(_module_step, in_axes=(0, 0, 0, None, 0, 0, 0, 0))
     a, b, active, objective = step(data.K, data.y, data.valid, data.C, state.a, state.b,

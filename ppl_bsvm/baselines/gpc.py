@@ -47,7 +47,6 @@ the other engines, so all methods share one prior.
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import NamedTuple
 
@@ -166,7 +165,7 @@ def laplace_init(data: GPCData) -> LaplaceState:
     return LaplaceState(zeros, zeros, jnp.asarray(-jnp.inf, dtype=data.K.dtype))
 
 
-def laplace_step(state: LaplaceState, data: GPCData, likelihood: str):
+def laplace_step(likelihood: str, _key, state: LaplaceState, data: GPCData):
     """One Newton step of GPML Alg. 3.1 (lines 4-8)."""
     _, grad, W = derivatives(likelihood, data.y, state.f)
     fac = _site_factor(data.K, W)
@@ -233,7 +232,7 @@ def ep_log_marginal(likelihood: str, data: GPCData, tau, nu, Sigma, mu, fac):
     )
 
 
-def ep_step(state: EPState, data: GPCData, likelihood: str):
+def ep_step(likelihood: str, _key, state: EPState, data: GPCData):
     """One sequential sweep over all sites (GPML Alg. 3.5), then ``Sigma`` from scratch."""
     n = data.y.shape[0]
 
@@ -263,7 +262,7 @@ def ep_step(state: EPState, data: GPCData, likelihood: str):
     return EPState(tau, nu, Sigma, mu, log_z), info
 
 
-def ep_parallel_step(state: EPState, data: GPCData, likelihood: str):
+def ep_parallel_step(likelihood: str, _key, state: EPState, data: GPCData):
     """One parallel sweep: every site refined from the same ``q(f)`` (its cavities from the
     current marginals), damped, then ``Sigma`` from scratch.
 
@@ -291,13 +290,7 @@ def _converged(info: GPCInfo, tol):
     return info.delta <= tol
 
 
-# Module-level partials: ``run`` caches its compiled loop by step function.
-_STEPS = {
-    (approx, lik): functools.partial(step, likelihood=lik)
-    for approx, step in (("laplace", laplace_step), ("ep", ep_step),
-                         ("ep-parallel", ep_parallel_step))
-    for lik in ("probit", "logit")
-}
+_STEPS = {"laplace": laplace_step, "ep": ep_step, "ep-parallel": ep_parallel_step}
 _INITS = {"laplace": laplace_init, "ep": ep_init, "ep-parallel": ep_init}
 SCHEDULES = ("parallel", "sequential")
 
@@ -388,8 +381,8 @@ def gpc(
     setup = gp_setup(problem, kernel, jitter)
     data = GPCData(setup.K, setup.y, jnp.asarray(damping, dtype=setup.K.dtype))
     variant = "ep-parallel" if approximation == "ep" and schedule == "parallel" else approximation
-    result = run(_STEPS[(variant, likelihood)], _INITS[variant](data), data, max_iter=max_iter,
-                 tol=tol, converged=_converged)
+    result = run(_STEPS[variant], _INITS[variant](data), data, static=likelihood,
+                 max_iter=max_iter, tol=tol, converged=_converged)
     state = result.state
     precision = _site_precision(approximation, likelihood, data, state)
     fac = _site_factor(data.K, precision)

@@ -79,7 +79,7 @@ from ..result import Fit
 from ._common import LinkPredictor, check_baseline_link, sklearn_seed
 from ._likelihoods import check_likelihood, gauss_hermite, gauss_hermite_expectations
 
-__all__ = ["SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "make_step", "elbo"]
+__all__ = ["SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "SVGPStatic", "step", "elbo"]
 
 
 class SVGPState(NamedTuple):
@@ -96,8 +96,6 @@ class SVGPState(NamedTuple):
     Z : (m, d)
         Inducing locations.
     adam : AdamState
-    key : PRNG key
-        For the minibatches.
     t : () int
         Steps taken.
     """
@@ -107,7 +105,6 @@ class SVGPState(NamedTuple):
     params: Any
     Z: jnp.ndarray
     adam: AdamState
-    key: jnp.ndarray
     t: jnp.ndarray
 
 
@@ -132,12 +129,12 @@ class SVGPData(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def svgp_init(kernel: Kernel, params, Z, key, jitter: float) -> SVGPState:
+def svgp_init(kernel: Kernel, params, Z, jitter: float) -> SVGPState:
     """``q(u) = p(u)``: ``eta1 = 0``, ``eta2 = -Kmm^{-1}/2``."""
     prior = inducing_prior(kernel, params, Z, jitter)
     m = Z.shape[0]
     Kinv = cho_solve((prior.chol, True), jnp.eye(m, dtype=Z.dtype))
-    return SVGPState(jnp.zeros(m, Z.dtype), -0.5 * Kinv, params, Z, adam_init((params, Z)), key,
+    return SVGPState(jnp.zeros(m, Z.dtype), -0.5 * Kinv, params, Z, adam_init((params, Z)),
                      jnp.asarray(0))
 
 
@@ -155,58 +152,67 @@ def _relative(new, old):
     return jnp.linalg.norm(new_flat - old_flat) / (1.0 + jnp.linalg.norm(old_flat))
 
 
-@functools.lru_cache(maxsize=32)
-def make_step(kernel: Kernel, likelihood: str, n: int, batch_size: int, learn_hyperparameters: bool,
-              learn_inducing: bool, num_quadrature: int, jitter: float):
-    """The pure ``step(state, data) -> (state, info)`` for one configuration (cached, so the
-    compiled loop of :func:`ppl_bsvm.inference.loop.run` is reused across fits)."""
+class SVGPStatic(NamedTuple):
+    """The step's static configuration (hashable: one compiled loop per value)."""
+
+    kernel: Kernel
+    likelihood: str
+    n: int
+    batch_size: int
+    learn_hyperparameters: bool
+    learn_inducing: bool
+    num_quadrature: int
+    jitter: float
+
+
+def step(static: SVGPStatic, key, state: SVGPState, data: SVGPData):
+    """One step: natural-gradient update of ``q(u)`` on a minibatch drawn with replacement
+    with ``key`` (Hensman et al. 2013, eqs. 8-9), then Adam on the hyperparameters and
+    inducing locations when learned."""
+    (kernel, likelihood, n, batch_size, learn_hyperparameters, learn_inducing, num_quadrature,
+     jitter) = static
     nodes, weights = gauss_hermite(num_quadrature)
     scale = n / batch_size
     learn = learn_hyperparameters or learn_inducing
+    if batch_size == n:
+        Xb, yb = data.X, data.y
+    else:
+        idx = jax.random.randint(key, (batch_size,), 0, n)
+        Xb, yb = data.X[idx], data.y[idx]
+    mu, Sigma = from_natural(Natural(state.eta1, state.eta2))
+    prior = inducing_prior(kernel, state.params, state.Z, jitter)
+    proj = project(kernel, state.params, prior, Xb)
+    mean, var = marginals(proj, mu, Sigma)
+    expected, g1, g2 = gauss_hermite_expectations(likelihood, yb, mean, var, nodes, weights)
+    bound = scale * jnp.sum(expected) - kl_to_prior(mu, Sigma, prior)
+    m = state.Z.shape[0]
+    Kinv = cho_solve((prior.chol, True), jnp.eye(m, dtype=state.Z.dtype))
+    target2 = -0.5 * Kinv + scale * (proj.kappa.T * g2) @ proj.kappa
+    target1 = scale * proj.kappa.T @ (g1 - 2.0 * g2 * mean)
+    rho = data.step_size * (1.0 + state.t / data.delay) ** (-data.decay)
+    eta1 = (1.0 - rho) * state.eta1 + rho * target1
+    eta2 = (1.0 - rho) * state.eta2 + rho * target2
+    eta2 = 0.5 * (eta2 + eta2.T)
+    theta = (state.params, state.Z)
+    adam = state.adam
+    if learn:
 
-    def step(state: SVGPState, data: SVGPData):
-        key, sub = jax.random.split(state.key)
-        if batch_size == n:
-            Xb, yb = data.X, data.y
-        else:
-            idx = jax.random.randint(sub, (batch_size,), 0, n)
-            Xb, yb = data.X[idx], data.y[idx]
-        mu, Sigma = from_natural(Natural(state.eta1, state.eta2))
-        prior = inducing_prior(kernel, state.params, state.Z, jitter)
-        proj = project(kernel, state.params, prior, Xb)
-        mean, var = marginals(proj, mu, Sigma)
-        expected, g1, g2 = gauss_hermite_expectations(likelihood, yb, mean, var, nodes, weights)
-        bound = scale * jnp.sum(expected) - kl_to_prior(mu, Sigma, prior)
-        m = state.Z.shape[0]
-        Kinv = cho_solve((prior.chol, True), jnp.eye(m, dtype=state.Z.dtype))
-        target2 = -0.5 * Kinv + scale * (proj.kappa.T * g2) @ proj.kappa
-        target1 = scale * proj.kappa.T @ (g1 - 2.0 * g2 * mean)
-        rho = data.step_size * (1.0 + state.t / data.delay) ** (-data.decay)
-        eta1 = (1.0 - rho) * state.eta1 + rho * target1
-        eta2 = (1.0 - rho) * state.eta2 + rho * target2
-        eta2 = 0.5 * (eta2 + eta2.T)
-        theta = (state.params, state.Z)
-        adam = state.adam
-        if learn:
+        def objective(th):
+            return elbo(kernel, likelihood, th[0], th[1], mu, Sigma, Xb, yb, scale, nodes,
+                        weights, jitter)
 
-            def objective(th):
-                return elbo(kernel, likelihood, th[0], th[1], mu, Sigma, Xb, yb, scale, nodes,
-                            weights, jitter)
-
-            grads = jax.grad(objective)(theta)
-            grads = (
-                grads[0] if learn_hyperparameters else jax.tree.map(jnp.zeros_like, grads[0]),
-                grads[1] if learn_inducing else jnp.zeros_like(grads[1]),
-            )
-            theta, adam = adam_ascent(grads, theta, adam, data.adam_lr)
-        delta = jnp.maximum(
-            _relative((eta1, eta2), (state.eta1, state.eta2)),
-            _relative(theta, (state.params, state.Z)),
+        grads = jax.grad(objective)(theta)
+        grads = (
+            grads[0] if learn_hyperparameters else jax.tree.map(jnp.zeros_like, grads[0]),
+            grads[1] if learn_inducing else jnp.zeros_like(grads[1]),
         )
-        new = SVGPState(eta1, eta2, theta[0], theta[1], adam, key, state.t + 1)
-        return new, SVGPInfo(bound, delta)
-
-    return step
+        theta, adam = adam_ascent(grads, theta, adam, data.adam_lr)
+    delta = jnp.maximum(
+        _relative((eta1, eta2), (state.eta1, state.eta2)),
+        _relative(theta, (state.params, state.Z)),
+    )
+    new = SVGPState(eta1, eta2, theta[0], theta[1], adam, state.t + 1)
+    return new, SVGPInfo(bound, delta)
 
 
 def _converged(info: SVGPInfo, tol):
@@ -344,11 +350,12 @@ def svgp(
     y = jnp.asarray(problem.y, dtype=jnp.float64)
     params0 = kernel.init_params(problem.X)
     Z0 = jnp.asarray(Z0, dtype=jnp.float64)
-    state = svgp_init(kernel, params0, Z0, key_loop, jitter)
+    state = svgp_init(kernel, params0, Z0, jitter)
     data = SVGPData(X, y, *(jnp.asarray(v, dtype=jnp.float64) for v in (step_size, delay, decay, adam_lr)))
-    step = make_step(kernel, likelihood, n, batch, bool(learn_hyperparameters), bool(learn_inducing),
-                     num_quadrature, jitter)
-    result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_converged)
+    static = SVGPStatic(kernel, likelihood, n, batch, bool(learn_hyperparameters),
+                        bool(learn_inducing), num_quadrature, jitter)
+    result = run(step, state, data, static=static, key=key_loop, max_iter=max_iter, tol=tol,
+                 converged=_converged)
     state = result.state
     params, Z = state.params, state.Z
     mu, Sigma, kl, draws = _final_q(kernel, state.eta1, state.eta2, params, Z, jitter, key_draws,

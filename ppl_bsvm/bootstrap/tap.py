@@ -45,7 +45,6 @@ sweep's Jacobian ``J`` is solved by a damped iteration on vector-Jacobian produc
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -70,7 +69,6 @@ __all__ = [
     "tilted_and_sites",
     "sweep",
     "step",
-    "step_for",
     "converged",
     "solve",
     "init",
@@ -415,7 +413,7 @@ def sweep(config: TAPConfig, Lambda, gamma, lam, data: TAPData):
     return sites, mismatch(moments, tilted)
 
 
-def step(config: TAPConfig, state: TAPState, data: TAPData):
+def step(config: TAPConfig, _key, state: TAPState, data: TAPData):
     """One damped sweep with the adaptive damping of spec 5.2: ``eta`` is halved (not below
     0.05) when the mismatch grows by more than 50 % and regrown by 5 % up to
     ``config.max_damping`` while it falls."""
@@ -486,18 +484,13 @@ def converged(info: TAPInfo, tol):
     return jnp.logical_or(info.mismatch < tol, ~jnp.isfinite(info.mismatch))
 
 
-@functools.lru_cache(maxsize=None)
-def step_for(config: TAPConfig):
-    """``step`` bound to ``config``: one object per config, so the compiled loop is reused."""
-    return functools.partial(step, config)
-
-
 def solve(config: TAPConfig, state: TAPState, data: TAPData, *, tol: float, max_iter: int):
     """Iterate to the fixed point inside a compiled while loop (traceable).
 
     Returns ``(state, infos, n_iter, stopped_on_tol)`` as JAX values (see ``loop.iterate``).
     """
-    return iterate(step_for(config), state, data, max_iter=max_iter, tol=tol, converged=converged)
+    return iterate(step, state, data, static=config, max_iter=max_iter, tol=tol,
+                   converged=converged)
 
 
 def fields_at(fac: Factor, K, K_cross, k_diag):

@@ -235,7 +235,8 @@ def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
     data = _tap_data(setup, variant, ratio)
     state0 = tap.init(data, omega=omega)
     result = run(
-        tap.step_for(config), state0, data, max_iter=max_iter, tol=tol, converged=tap.converged
+        tap.step, state0, data, static=config, max_iter=max_iter, tol=tol,
+        converged=tap.converged
     )
     K_test = None if setup.K_test is None else jnp.asarray(setup.K_test)
     k_diag = None if setup.k_test_diag is None else jnp.asarray(setup.k_test_diag)

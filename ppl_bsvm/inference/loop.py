@@ -1,10 +1,17 @@
 """The loop that drives every iterative engine (ECM, VI, SVI, GPC, the bootstrap fixed point).
 
-Engines are pure ``step(state, data) -> (state, info)`` functions over ``NamedTuple`` states
-(BlackJAX style). :func:`run` calls ``step`` until ``converged(info, tol)`` holds or ``max_iter``
-steps ran, and keeps every step's ``info``: the stacked infos are the objective trace.
+Engines are pure ``step(static, key, state, data) -> (state, info)`` functions over
+``NamedTuple`` states (BlackJAX style, the engine contract of :mod:`ppl_bsvm.engine`):
+``static`` is the engine's hashable configuration (shapes, schedules, flags; ``None`` when it
+has none), ``key`` a PRNG key the loop passes in (a deterministic step ignores it), ``data``
+everything else the step reads. :func:`run` calls ``step`` until ``converged(info, tol)``
+holds or ``max_iter`` steps ran, and keeps every step's ``info``: the stacked infos are the
+objective trace. The loop carries the key: before each step it splits ``key, sub =
+split(key)`` and passes ``sub``; the last ``key`` is kept with the result, so a resumed run
+continues the same stream.
 
-**Compiled once.** The work is one ``jax.lax.while_loop`` program per ``(step, converged)``,
+**Compiled once.** The work is one ``jax.lax.while_loop`` program per ``(step, static,
+converged)``,
 run in segments of at most :data:`SEGMENT` steps: the segment's length, the tolerance, the
 iteration budget and ``min_iter`` are traced arguments, and ``data`` is traced too (never baked
 into the program), so fits with other budgets, tolerances or data of the same shapes reuse the
@@ -22,7 +29,8 @@ Two guarantees for the user:
 * **Resumable.** ``run(..., resume=previous)`` continues an earlier :class:`RunResult` from its
   final state; ``max_iter`` counts the earlier iterations too, and the returned result (state,
   stacked infos, ``n_iter``, ``stop_reason``) is the one a single uninterrupted run would have
-  given, because ``step`` is a pure function of the state (PRNG keys included).
+  given, because ``step`` is a pure function of its key and the state, and the loop's key is
+  kept with the result.
 """
 
 from __future__ import annotations
@@ -58,12 +66,15 @@ class RunResult(NamedTuple):
         Each info field stacked over the ``n_iter`` steps that ran (numpy, on the host).
     n_iter : int
     stop_reason : {"tol", "max_iter"}
+    key : PRNG key
+        The loop's key after the last step, from which a resumed run goes on.
     """
 
     state: Any
     infos: Any
     n_iter: int
     stop_reason: str
+    key: Any = None
 
 
 def relative_change(new, old):
@@ -113,49 +124,55 @@ def _nonfinite_fields(state) -> list[str]:
 
 
 def step_name(step: Callable) -> str:
-    """``module.function`` of a step (unwrapping ``functools.partial``), for messages."""
-    fn = step.func if isinstance(step, functools.partial) else step
-    module = getattr(fn, "__module__", "") or ""
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    name = name.replace(".<locals>", "")  # steps built by factories (make_step.step)
+    """``module.function`` of a step, for messages."""
+    module = getattr(step, "__module__", "") or ""
+    name = getattr(step, "__qualname__", None) or type(step).__name__
     return f"{module}.{name}" if module else name
 
 
-def _segment_loop(step: Callable, converged: Callable, length: int):
+def _default_key():
+    """The key of a deterministic engine's loop (its steps ignore it)."""
+    return jax.random.key(0)
+
+
+def _segment_loop(step: Callable, static, converged: Callable, length: int):
     """The traceable segment: at most ``min(length, limit)`` steps (see :func:`_compiled_loop`)."""
 
-    def loop(state, data, tol, start, limit, min_iter):
-        info_shape = jax.eval_shape(step, state, data)[1]
+    def loop(key, state, data, tol, start, limit, min_iter):
+        info_shape = jax.eval_shape(step, static, key, state, data)[1]
         buffer = jax.tree.map(lambda s: _empty_like(s, length), info_shape)
         limit = jnp.minimum(limit, length)
 
         def cond(carry):
-            i, _, _, done, finite = carry
+            i, _, _, _, done, finite = carry
             return jnp.logical_and(i < limit, jnp.logical_not(done) & finite)
 
         def body(carry):
-            i, state, buffer, _, _ = carry
-            state, info = step(state, data)
+            i, key, state, buffer, _, _ = carry
+            key, sub = jax.random.split(key)
+            state, info = step(static, sub, state, data)
             buffer = jax.tree.map(lambda b, x: b.at[i].set(x), buffer, info)
             # ``start`` earlier iterations ran in previous segments or calls.
             done = jnp.logical_and(start + i + 1 >= min_iter, converged(info, tol))
-            return i + 1, state, buffer, done, all_finite(state)
+            return i + 1, key, state, buffer, done, all_finite(state)
 
-        init = (jnp.zeros((), jnp.int32), state, buffer, jnp.asarray(False), jnp.asarray(True))
-        n, state, buffer, done, finite = jax.lax.while_loop(cond, body, init)
-        return state, buffer, n, done, finite
+        init = (jnp.zeros((), jnp.int32), key, state, buffer, jnp.asarray(False),
+                jnp.asarray(True))
+        n, key, state, buffer, done, finite = jax.lax.while_loop(cond, body, init)
+        return key, state, buffer, n, done, finite
 
     return loop
 
 
 @functools.lru_cache(maxsize=128)
-def _compiled_loop(step: Callable, converged: Callable, length: int):
-    """``jit`` of a segment of at most ``length`` steps; cached per ``(step, converged, length)``.
+def _compiled_loop(step: Callable, static, converged: Callable, length: int):
+    """``jit`` of a segment of at most ``length`` steps; cached per ``(step, static,
+    converged, length)`` (``static`` must be hashable: a NamedTuple of Python values).
 
-    Arguments ``(state, data, tol, start, limit, min_iter)``: ``start`` steps ran before,
+    Arguments ``(key, state, data, tol, start, limit, min_iter)``: ``start`` steps ran before,
     ``limit`` caps this call's steps, and stopping at ``tol`` needs ``start + i >= min_iter``.
     """
-    return jax.jit(_segment_loop(step, converged, length))
+    return jax.jit(_segment_loop(step, static, converged, length))
 
 
 def iterate(
@@ -166,6 +183,8 @@ def iterate(
     max_iter: int,
     tol,
     converged: Callable,
+    static=None,
+    key=None,
     min_iter: int = 1,
 ):
     """Traceable form of :func:`run` for use inside ``jit``, ``grad`` or ``custom_vjp`` rules.
@@ -175,9 +194,10 @@ def iterate(
     ``(state, infos, n_iter, converged)`` as JAX values, ``infos`` being the full ``max_iter``
     buffer (NaN beyond ``n_iter``).
     """
-    loop = _compiled_loop(step, converged, int(max_iter))
-    state, infos, n, done, finite = loop(
-        state, data, jnp.asarray(tol, dtype=float), 0, int(max_iter), int(min_iter)
+    loop = _compiled_loop(step, static, converged, int(max_iter))
+    key = _default_key() if key is None else key
+    _, state, infos, n, done, finite = loop(
+        key, state, data, jnp.asarray(tol, dtype=float), 0, int(max_iter), int(min_iter)
     )
     return state, infos, n, jnp.logical_and(done, finite)
 
@@ -190,6 +210,8 @@ def run(
     max_iter: int,
     tol: float,
     converged: Callable,
+    static=None,
+    key=None,
     min_iter: int = 1,
     resume: RunResult | None = None,
     progress_bar: bool | None = None,
@@ -200,8 +222,8 @@ def run(
     Parameters
     ----------
     step : callable
-        ``(state, data) -> (state, info)``, pure and jittable. Use a module-level function (or
-        a ``functools.partial`` of one with hashable arguments) so the compiled loop is reused.
+        ``(static, key, state, data) -> (state, info)``, pure and jittable: a module-level
+        function, so that the compiled loop is reused across calls.
     state : NamedTuple
     data : pytree of arrays
         Everything ``step`` reads besides the state (traced, never baked into the program).
@@ -211,10 +233,15 @@ def run(
         Passed to ``converged``.
     converged : callable
         ``(info, tol) -> bool`` (traced); stopping is checked after every step.
+    static : hashable, optional
+        ``step``'s first argument: the engine's static configuration (compiled in).
+    key : PRNG key, optional
+        The loop's key (module docstring); default a fixed key, for deterministic steps.
     min_iter : int, default=1
         Do not stop before this many steps.
     resume : RunResult, optional
-        Continue this earlier result (its ``state`` replaces ``state``): run at most
+        Continue this earlier result (its ``state`` and ``key`` replace ``state`` and
+        ``key``): run at most
         ``max_iter - resume.n_iter`` more steps and return the infos of both calls stacked.
         A result that stopped at ``tol`` is returned as it is.
     progress_bar : bool or None, optional
@@ -238,8 +265,9 @@ def run(
     if resume is not None:
         if resume.stop_reason == "tol" or resume.n_iter >= max_iter:
             return resume
-        state, start = resume.state, resume.n_iter
-    loop = _compiled_loop(step, converged, SEGMENT)
+        state, start, key = resume.state, resume.n_iter, resume.key
+    key = _default_key() if key is None else key
+    loop = _compiled_loop(step, static, converged, SEGMENT)
     tol_arr = jnp.asarray(tol, dtype=float)
     done_iter, converged_now, pieces = start, False, []
     enabled, label = _progress.current()
@@ -249,8 +277,8 @@ def run(
         limit = 1 if _progress.shown(bar) else SEGMENT  # time the first step
         while done_iter < max_iter and not converged_now:
             t0 = time.perf_counter()
-            state, buffer, n, done, finite = loop(
-                state, data, tol_arr, done_iter, min(limit, max_iter - done_iter), min_iter
+            key, state, buffer, n, done, finite = loop(
+                key, state, data, tol_arr, done_iter, min(limit, max_iter - done_iter), min_iter
             )
             n = int(n)
             if not bool(finite):
@@ -270,4 +298,4 @@ def run(
     infos = jax.tree.map(lambda *parts: np.concatenate(parts), *pieces)
     if resume is not None:
         infos = jax.tree.map(lambda old, new: np.concatenate([old, new]), resume.infos, infos)
-    return RunResult(state, infos, done_iter, "tol" if converged_now else "max_iter")
+    return RunResult(state, infos, done_iter, "tol" if converged_now else "max_iter", key)

@@ -1,5 +1,6 @@
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ class Info(NamedTuple):
     delta: jnp.ndarray
 
 
-def halve(state, data):
+def halve(_static, _key, state, data):
     x = state.x * data
     return S(x), Info(x, jnp.abs(x - state.x))
 
@@ -58,7 +59,7 @@ class Blowup(NamedTuple):
     nonfinite_ok = ("scratch",)
 
 
-def blow_up_at_3(state, data):
+def blow_up_at_3(_static, _key, state, data):
     i = state.x + 1.0
     x = jnp.where(i >= 3.0, jnp.nan, i)
     return Blowup(x, state.scratch), Info(x, jnp.asarray(1.0))
@@ -89,3 +90,27 @@ def test_resume_continues_to_the_uninterrupted_result():
     resumed = run(halve, None, jnp.asarray(0.5), max_iter=100, tol=0.3, converged=small,
                   min_iter=5, resume=part)
     assert resumed.n_iter == 5  # deltas are below 0.3 from step 2, min_iter holds until 5
+
+
+def noisy_walk(scale, key, state, data):
+    x = state.x + scale * data * jax.random.normal(key)
+    return S(x), Info(x, jnp.asarray(1.0))
+
+
+def test_the_loop_passes_keys_in_and_a_resumed_run_continues_their_stream():
+    key = jax.random.key(7)
+    one = run(noisy_walk, S(jnp.asarray(0.0)), jnp.asarray(1.0), static=2.0, key=key,
+              max_iter=9, tol=0.0, converged=small)
+    part = run(noisy_walk, S(jnp.asarray(0.0)), jnp.asarray(1.0), static=2.0, key=key,
+               max_iter=4, tol=0.0, converged=small)
+    rest = run(noisy_walk, None, jnp.asarray(1.0), static=2.0, max_iter=9, tol=0.0,
+               converged=small, resume=part)
+    np.testing.assert_array_equal(rest.infos.x, one.infos.x)
+    # step t is given sub_t of key_t, sub_t = split(key_{t-1}): an independent normal each time
+    keys, expected, x = key, [], 0.0
+    for _ in range(9):
+        keys, sub = jax.random.split(keys)
+        x = x + 2.0 * float(jax.random.normal(sub))
+        expected.append(x)
+    np.testing.assert_allclose(one.infos.x, expected, rtol=1e-12)
+    assert len(set(np.round(np.diff(one.infos.x), 12))) == 8  # a fresh draw at every step

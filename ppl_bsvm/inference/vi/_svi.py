@@ -108,11 +108,11 @@ class BatchOrder(NamedTuple):
 
 
 class Batches(NamedTuple):
-    """Minibatch sampler state: scalars only (module docstring).
+    """Minibatch sampler state: scalars only (module docstring). Its randomness comes from
+    the key :func:`next_batch` is given (the loop's, :mod:`ppl_bsvm.inference.loop`).
 
     Attributes
     ----------
-    key : PRNG key
     a, c : () int64
         The current epoch's map ``i -> order[(a i + c) mod n]``.
     next_a, next_c : () int64
@@ -121,7 +121,6 @@ class Batches(NamedTuple):
         Stream position of the next batch's first point within the current epoch.
     """
 
-    key: jnp.ndarray
     a: jnp.ndarray
     c: jnp.ndarray
     next_a: jnp.ndarray
@@ -154,30 +153,30 @@ def _epoch_map(key, order: BatchOrder, n):
     return a, jax.random.randint(k_c, (), 0, jnp.asarray(n, jnp.int64), dtype=jnp.int64)
 
 
-def batches_init(key, order: BatchOrder, n=None) -> Batches:
-    """Sampler over the ``n`` points of ``order`` (default all its rows)."""
+def batches_init(key, order: BatchOrder, n=None):
+    """Sampler over the ``n`` points of ``order`` (default all its rows); returns the
+    :class:`Batches` and the key from which the loop's stream of step keys goes on."""
     n = order.order.shape[0] if n is None else n
     key, first, second = jax.random.split(key, 3)
     a, c = _epoch_map(first, order, n)
     next_a, next_c = _epoch_map(second, order, n)
-    return Batches(key, a, c, next_a, next_c, jnp.zeros((), jnp.int64))
+    return Batches(a, c, next_a, next_c, jnp.zeros((), jnp.int64)), key
 
 
-def next_batch(batches: Batches, order: BatchOrder, batch_size: int, n=None):
+def next_batch(key, batches: Batches, order: BatchOrder, batch_size: int, n=None):
     """Indices ``(batch_size,)`` of the next minibatch of the ``n`` points (``batch_size <= n``;
-    default all rows) and the new state. No branch and no array in the state: a branch over a
-    carried ``n``-vector made XLA copy it at every step (1.5 ms a step at n = 5 x 10^6)."""
+    default all rows) and the new state; ``key`` draws the map of the epoch after next. No
+    branch and no array in the state: a branch over a carried ``n``-vector made XLA copy it
+    at every step (1.5 ms a step at n = 5 x 10^6)."""
     n = order.order.shape[0] if n is None else n
     n = jnp.asarray(n, jnp.int64)
     q = batches.pos + jnp.arange(batch_size, dtype=jnp.int64)
     this = (batches.a * q + batches.c) % n
     after = (batches.next_a * jnp.maximum(q - n, 0) + batches.next_c) % n
     idx = order.order[jnp.where(q < n, this, after)]
-    key, sub = jax.random.split(batches.key)
-    fresh_a, fresh_c = _epoch_map(sub, order, n)
+    fresh_a, fresh_c = _epoch_map(key, order, n)
     wrap = batches.pos + batch_size >= n
     return idx, Batches(
-        key,
         jnp.where(wrap, batches.next_a, batches.a),
         jnp.where(wrap, batches.next_c, batches.c),
         jnp.where(wrap, fresh_a, batches.next_a),
@@ -388,22 +387,25 @@ class StepRecord(NamedTuple):
     exact: jnp.ndarray
 
 
-def rate_init(rate, target, batch_size: int, n, state, data):
+def rate_init(key, rate, target, batch_size: int, n, state, data):
     """``state`` with its learning-rate state: ``rate.init`` of ``rate.num_init`` natural
     gradients of consecutive batches at the state's ``q`` (Ranganath et al.'s initialisation
-    of the adaptive rate; none for a schedule), which advance the batch stream.
+    of the adaptive rate; none for a schedule), which advance the batch stream. Returns the
+    state and the key the loop goes on from (``key`` after the batches' draws).
 
     ``target`` is :attr:`SVIModel.target`; ``n`` the number of points (may be traced).
     """
     grads = []
     for _ in range(rate.num_init):
-        idx, batches = next_batch(state.batches, data.order, batch_size, n)
+        key, sub = jax.random.split(key)
+        idx, batches = next_batch(sub, state.batches, data.order, batch_size, n)
         state = state._replace(batches=batches)
         grads.append(natural_gradient(target(state, data, idx), state.eta1, state.prec)[2])
-    return state._replace(rate=rate.init(jnp.stack(grads) if grads else None))
+    return state._replace(rate=rate.init(jnp.stack(grads) if grads else None)), key
 
 
-def svi_step(model: SVIModel, rate, batch_size: int, elbo_every: int | None, n, state, data):
+def svi_step(model: SVIModel, rate, batch_size: int, elbo_every: int | None, n, key, state,
+             data):
     r"""One stochastic natural-gradient step; returns ``(state, StepRecord)``.
 
     The next batch ``S`` of the stream, its target ``eta_hat`` (``model.target``), the
@@ -413,9 +415,10 @@ def svi_step(model: SVIModel, rate, batch_size: int, elbo_every: int | None, n, 
 
     then ``model.hyper``, and the batch's data terms into the stopping rule's estimate, whose
     KL is that of the new state (:func:`estimate_push`); every ``elbo_every`` steps (None:
-    never) also ``model.exact_elbo``. ``n`` is the number of points (may be traced).
+    never) also ``model.exact_elbo``. ``n`` is the number of points (may be traced); ``key``
+    the step's key (:func:`next_batch`).
     """
-    idx, batches = next_batch(state.batches, data.order, batch_size, n)
+    idx, batches = next_batch(key, state.batches, data.order, batch_size, n)
     target = model.target(state, data, idx)
     d1, dP, g = natural_gradient(target, state.eta1, state.prec)
     rho, rate_state = rate.update(g, state.rate, state.count)

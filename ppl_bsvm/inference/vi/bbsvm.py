@@ -29,7 +29,6 @@ this).
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import NamedTuple
 
@@ -51,7 +50,7 @@ from ..loop import relative_change, run
 from . import elbo as elbo_mod
 from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
 
-__all__ = ["BBSVMData", "BBSVMState", "BBSVMInfo", "init", "make_step", "optimal_q"]
+__all__ = ["BBSVMData", "BBSVMState", "BBSVMInfo", "init", "Static", "step", "optimal_q"]
 
 
 class BBSVMData(NamedTuple):
@@ -143,32 +142,35 @@ def init(kernel: Kernel, params, data: BBSVMData) -> BBSVMState:
     return BBSVMState(alpha, params, adam_init(params), value)
 
 
-@functools.lru_cache(maxsize=32)
-def make_step(kernel: Kernel, hyper_lr=None):
-    """The sweep ``step(state, data)`` (cached so the compiled loop is reused).
+class Static(NamedTuple):
+    """The sweep's static configuration: the ``kernel`` and ``hyper_lr``, ``None`` for fixed
+    hyperparameters, else the schedule of Adam's step size (hashable: one compiled loop)."""
 
-    ``hyper_lr``: ``None`` for fixed hyperparameters, else the schedule of Adam's step size.
-    """
+    kernel: Kernel
+    hyper_lr: object = None
 
-    def bound(params, data, alpha):
-        return elbo_mod.regression_bound(gram(kernel, params, data.X, data.jitter), data.y,
-                                         alpha, data.gamma)
 
-    def hyper_step(state: BBSVMState, data: BBSVMData):
-        grads = jax.grad(bound)(state.params, data, state.alpha)
-        return adam_ascent(grads, state.params, state.opt, hyper_lr(state.opt.count))
+def _bound(kernel: Kernel, params, data: BBSVMData, alpha):
+    return elbo_mod.regression_bound(gram(kernel, params, data.X, data.jitter), data.y, alpha,
+                                     data.gamma)
 
-    def step(state: BBSVMState, data: BBSVMData):
-        if hyper_lr is None:
-            params, opt = state.params, state.opt
-        else:
-            params, opt = hyper_step(state, data)
-        q = optimal_q(kernel, params, data, state.alpha)
-        alpha, value = _collapse(q, data, state.alpha)
-        info = BBSVMInfo(value, relative_change(value, state.elbo), kernel.constrain(params))
-        return BBSVMState(alpha, params, opt, value), info
 
-    return step
+def _hyper_step(static: Static, state: BBSVMState, data: BBSVMData):
+    grads = jax.grad(_bound, argnums=1)(static.kernel, state.params, data, state.alpha)
+    return adam_ascent(grads, state.params, state.opt, static.hyper_lr(state.opt.count))
+
+
+def step(static: Static, _key, state: BBSVMState, data: BBSVMData):
+    """One sweep: an Adam step of the hyperparameters on the bound (when learned), then the
+    optimal ``q(f)`` given ``alpha`` and ``alpha`` given ``q`` (module docstring)."""
+    if static.hyper_lr is None:
+        params, opt = state.params, state.opt
+    else:
+        params, opt = _hyper_step(static, state, data)
+    q = optimal_q(static.kernel, params, data, state.alpha)
+    alpha, value = _collapse(q, data, state.alpha)
+    info = BBSVMInfo(value, relative_change(value, state.elbo), static.kernel.constrain(params))
+    return BBSVMState(alpha, params, opt, value), info
 
 
 def _converged(info: BBSVMInfo, tol):
@@ -230,9 +232,9 @@ def bbsvm(
     )
     params = kernel.init_params(problem.X)
     check_kernel_matrix(gram(kernel, params, X, jitter), kernel, jitter)
-    step = make_step(kernel, hyper_lr if learn else None)
-    result = run(step, init(kernel, params, data), data, max_iter=max_iter, tol=tol,
-                 converged=_converged)
+    result = run(step, init(kernel, params, data), data, static=Static(kernel, hyper_lr if learn
+                                                                       else None),
+                 max_iter=max_iter, tol=tol, converged=_converged)
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)
     alpha, value = _collapse(q, data, st.alpha)

@@ -161,7 +161,7 @@ def squarem_cycle(sweep, x, state: ECMState) -> ECMState:
     return jax.tree.map(lambda a, b: jnp.where(better, a, b), s3, s2)
 
 
-def gp_step(state: ECMState, data: GPData):
+def gp_step(_static, _key, state: ECMState, data: GPData):
     """One SQUAREM cycle (three E- and CM-steps) of the GP model."""
     new = squarem_cycle(partial(_gp_sweep, data), state.f, state)
     return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))
@@ -190,7 +190,7 @@ def _linear_sweep(data: LinearData, beta) -> ECMState:
     return ECMState(beta, beta, lam, objective)
 
 
-def linear_step(state: ECMState, data: LinearData):
+def linear_step(_static, _key, state: ECMState, data: LinearData):
     """One SQUAREM cycle (three E- and CM-steps) of the linear model."""
     new = squarem_cycle(partial(_linear_sweep, data), state.f, state)
     return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))

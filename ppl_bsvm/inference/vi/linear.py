@@ -73,7 +73,7 @@ __all__ = [
     "vi_init",
     "vi_step",
     "svi_init",
-    "make_svi_step",
+    "svi_step_linear",
     "collapsed_elbo",
 ]
 
@@ -193,7 +193,7 @@ def vi_init(data: LinearData) -> LinearVIState:
     return LinearVIState(mu, chol, alpha, log_s, value)
 
 
-def vi_step(state: LinearVIState, data: LinearData):
+def vi_step(_static, _key, state: LinearVIState, data: LinearData):
     """One sweep of eq. 14: ``q(beta)`` given ``alpha``, then (optionally) ``s``, then ``alpha``."""
     mu, chol = _optimal_q(data, state.alpha, state.log_prior_scale)
     log_s = jnp.where(data.learn, _optimal_log_scale(mu, chol), state.log_prior_scale)
@@ -246,29 +246,34 @@ _batch_order = jax.jit(batch_order, static_argnums=1)
 
 
 @functools.partial(jax.jit, static_argnames=("rate", "batch_size"))
-def svi_init(key, data: LinearData, rate, batch_size: int) -> LinearSVIState:
-    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch gradients."""
+def svi_init(key, data: LinearData, rate, batch_size: int):
+    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch
+    gradients. Returns the state and the key of the loop."""
     n, p = data.Z.shape
     dtype = data.Z.dtype
     log_s = jnp.log(data.prior_scale)
     prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
-    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None,
-                           batches_init(key, data.order, n), jnp.zeros((), jnp.int32),
-                           estimate_init(dtype))
-    return rate_init(rate, _svi_target, batch_size, n, state, data)
+    batches, key = batches_init(key, data.order, n)
+    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None, batches,
+                           jnp.zeros((), jnp.int32), estimate_init(dtype))
+    return rate_init(key, rate, _svi_target, batch_size, n, state, data)
 
 
-@functools.lru_cache(maxsize=32)
-def make_svi_step(rate, batch_size: int, elbo_every: int | None, hyper_every: int):
-    """The SVI ``step(state, data)`` for static settings (cached, so the compiled loop is reused)."""
-    model = _svi_model(hyper_every)
+class SVIStatic(NamedTuple):
+    """Linear SVI's static settings (hashable: the loop compiles one program per value)."""
 
-    def step(state: LinearSVIState, data: LinearData):
-        state, rec = svi_step(model, rate, batch_size, elbo_every, data.Z.shape[0], state, data)
-        return state, LinearInfo(rec.value, rec.delta, jnp.exp(state.log_prior_scale), rec.rho,
-                                 rec.exact)
+    rate: object
+    batch_size: int
+    elbo_every: int | None
+    hyper_every: int
 
-    return step
+
+def svi_step_linear(static: SVIStatic, key, state: LinearSVIState, data: LinearData):
+    """One stochastic natural-gradient step (:func:`ppl_bsvm.inference.vi._svi.svi_step`)."""
+    state, rec = svi_step(_svi_model(static.hyper_every), static.rate, static.batch_size,
+                          static.elbo_every, data.Z.shape[0], key, state, data)
+    return state, LinearInfo(rec.value, rec.delta, jnp.exp(state.log_prior_scale), rec.rho,
+                             rec.exact)
 
 
 # --- engines ------------------------------------------------------------------------------
@@ -449,11 +454,12 @@ def linear_svi(
                  period_points(n, batch_size, check_every),
                  _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
-    state = None
+    state = loop_key = None
     if previous is None:
-        state = svi_init(k_init, data, rate, batch_size)
-    step = make_svi_step(rate, batch_size, elbo_every, hyper_every)
-    result = run(step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged,
+        state, loop_key = svi_init(k_init, data, rate, batch_size)
+    result = run(svi_step_linear, state, data, static=SVIStatic(rate, batch_size, elbo_every,
+                                                                hyper_every),
+                 key=loop_key, max_iter=max_iter, tol=tol, converged=_vi_converged,
                  resume=previous)
     st = result.state
     mu, chol = gaussian_from_precision(st.eta1, st.prec)

@@ -109,7 +109,7 @@ __all__ = [
     "SBSVMInfo",
     "Config",
     "init",
-    "make_step",
+    "step",
     "full_elbo",
 ]
 
@@ -303,59 +303,62 @@ def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
-def _init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
+def _init(key, params, Z, data: SBSVMData, config: Config):
     m = Z.shape[0]
     dtype = data.X.dtype
     chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
     eta1, prec = jnp.zeros(m, dtype), jnp.eye(m, dtype=dtype)
     opt = adam_init((params, Z) if config.learn_inducing else params)
-    state = SBSVMState(eta1, prec, params, Z, chol, opt, None,
-                       batches_init(key, data.order, data.n), jnp.zeros((), jnp.int32),
-                       estimate_init(dtype))
-    return rate_init(config.rate, functools.partial(_target, config), config.batch_size, data.n,
-                     state, data)
+    batches, key = batches_init(key, data.order, data.n)
+    state = SBSVMState(eta1, prec, params, Z, chol, opt, None, batches,
+                       jnp.zeros((), jnp.int32), estimate_init(dtype))
+    return rate_init(key, config.rate, functools.partial(_target, config), config.batch_size,
+                     data.n, state, data)
 
 
-def init(key, params, Z, data: SBSVMData, config: Config) -> SBSVMState:
-    """``q(v) = N(0, I)`` (the prior), sampler, learning-rate and stopping-rule state."""
+def init(key, params, Z, data: SBSVMData, config: Config):
+    """``q(v) = N(0, I)`` (the prior), sampler, learning-rate and stopping-rule state; returns
+    the state and the key of the loop (:func:`ppl_bsvm.inference.vi._svi.rate_init`)."""
     return _init(key, params, jnp.asarray(Z, data.X.dtype), data, config)
 
 
-@functools.lru_cache(maxsize=32)
-def make_step(config: Config):
-    """The step ``(state, data) -> (state, info)`` for static settings (cached)."""
+def _hyper_step(config: Config, state: SBSVMState, data: SBSVMData, idx):
+    """One Adam step of the hyperparameters (and ``Z``) on the batch's ELBO (paper eq. 12)."""
+    mean, chol_P = gaussian_from_precision(state.eta1, state.prec)
+    hp = (state.params, state.Z) if config.learn_inducing else state.params
+    grads = jax.grad(lambda h: _hyper_objective(h, config, state.Z, data, idx, mean, chol_P))(hp)
+    hp, opt = adam_ascent(grads, hp, state.opt, config.hyper_lr(state.opt.count))
+    params, Z = hp if config.learn_inducing else (hp, state.Z)
+    chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
+    return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
+
+
+def _hyper(config: Config, state: SBSVMState, data: SBSVMData, idx):
+    if not config.learn:
+        return state
+    return jax.lax.cond(state.count % config.hyper_every == 0,
+                        functools.partial(_hyper_step, config), lambda s, d, i: s,
+                        state, data, idx)
+
+
+def _svi_model(config: Config) -> SVIModel:
     kernel = config.kernel
-
-    def hyper_step(state: SBSVMState, data: SBSVMData, idx):
-        mean, chol_P = gaussian_from_precision(state.eta1, state.prec)
-        hp = (state.params, state.Z) if config.learn_inducing else state.params
-        grads = jax.grad(lambda h: _hyper_objective(h, config, state.Z, data, idx, mean, chol_P))(hp)
-        hp, opt = adam_ascent(grads, hp, state.opt, config.hyper_lr(state.opt.count))
-        params, Z = hp if config.learn_inducing else (hp, state.Z)
-        chol = _chol_Kmm(kernel, params, Z, data.jitter)
-        return state._replace(params=params, Z=Z, chol_Kmm=chol, opt=opt)
-
-    def hyper(state: SBSVMState, data: SBSVMData, idx):
-        if not config.learn:
-            return state
-        return jax.lax.cond(state.count % config.hyper_every == 0, hyper_step,
-                            lambda s, d, i: s, state, data, idx)
-
-    model = SVIModel(
+    return SVIModel(
         target=functools.partial(_target, config),
-        hyper=hyper,
+        hyper=functools.partial(_hyper, config),
         kl=lambda s: kl_precision(*gaussian_from_precision(s.eta1, s.prec)),
         exact_elbo=lambda s, data: full_elbo(kernel, s.params, s.Z, s.chol_Kmm, s.eta1, s.prec,
                                              data),
     )
 
-    def step(state: SBSVMState, data: SBSVMData):
-        state, rec = svi_step(model, config.rate, config.batch_size, config.elbo_every, data.n,
-                              state, data)
-        return state, SBSVMInfo(rec.value, rec.delta, rec.rho, kernel.constrain(state.params),
-                                rec.exact)
 
-    return step
+def step(config: Config, key, state: SBSVMState, data: SBSVMData):
+    """One step of Alg. 1 (:func:`ppl_bsvm.inference.vi._svi.svi_step`), then every
+    ``hyper_every`` steps one hyperparameter step."""
+    state, rec = svi_step(_svi_model(config), config.rate, config.batch_size, config.elbo_every,
+                          data.n, key, state, data)
+    return state, SBSVMInfo(rec.value, rec.delta, rec.rho, config.kernel.constrain(state.params),
+                            rec.exact)
 
 
 def _converged(info: SBSVMInfo, tol):
@@ -587,13 +590,12 @@ def _sbsvm(
                     bool(learn_inducing), mesh)
     if mesh is not None:  # every device holds the data; each computes its rows of a batch
         data = jax.device_put(data, NamedSharding(mesh, PartitionSpec()))
+    state = loop_key = None
     if previous is None:
         params = kernel.init_params(problem.X)
         _check_Kmm(kernel, params, Z, jitter)
-        state = init(k_init, params, Z, data, config)
-    else:
-        state = None
-    result = run(make_step(config), state, data, max_iter=max_iter, tol=tol,
+        state, loop_key = init(k_init, params, Z, data, config)
+    result = run(step, state, data, static=config, key=loop_key, max_iter=max_iter, tol=tol,
                  converged=_converged, resume=previous)
     st = result.state
     q = _final_q(st, k_u, num_draws)

@@ -87,7 +87,8 @@ def test_predictive_variance_sign_against_the_dense_formula_and_draws(toy_fit):
 
 def _converged_elbo(kernel, params, X, y):
     data = bbsvm.BBSVMData(jnp.asarray(X), jnp.asarray(y), jnp.asarray(1.0), jnp.asarray(1e-6))
-    result = run(bbsvm.make_step(kernel), bbsvm.init(kernel, params, data), data, max_iter=500,
+    result = run(bbsvm.step, bbsvm.init(kernel, params, data), data,
+                 static=bbsvm.Static(kernel), max_iter=500,
                  tol=1e-12, converged=bbsvm._converged)
     return float(result.infos.elbo[-1])
 

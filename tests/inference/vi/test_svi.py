@@ -21,10 +21,11 @@ from ppl_bsvm.inference.vi._svi import (
 def test_every_epoch_visits_every_point_once_and_never_the_padding(size, n, batch):
     with jax.enable_x64(True):
         order = batch_order(jax.random.key(4), size, n)
-        state = batches_init(jax.random.key(3), order, n)
+        state, key = batches_init(jax.random.key(3), order, n)
         stream = []
         for _ in range(40):
-            idx, state = next_batch(state, order, batch, n)
+            key, sub = jax.random.split(key)
+            idx, state = next_batch(sub, state, order, batch, n)
             stream.append(np.asarray(idx))
     stream = np.concatenate(stream)
     epochs = stream[: (len(stream) // n) * n].reshape(-1, n)

@@ -1,0 +1,236 @@
+"""The engine contract: what every inference engine declares and returns.
+
+An engine is registered with :func:`ppl_bsvm.api.register` for one method and one or more
+models, together with its **options class**: a frozen dataclass derived from :class:`Options`
+whose fields are the engine's options with their defaults. Constructing it validates every
+value (a ``ValueError`` naming the option) and normalises it (``1`` to ``1.0`` where a float is
+meant); ``fit`` builds it from the user's keywords with :meth:`Options.parse`, which also
+rejects an unknown option with the list of valid ones. Options shared by several engines are
+declared once, as a piece below (:class:`Iteration`, :class:`Sampler`, :class:`Draws`, ...),
+and an engine's class composes the pieces it needs by inheritance; a piece checks its own
+fields, in its own ``_check``, and an engine overrides a piece's default by declaring the field
+again with another default. What can only be checked against the data (``batch_size <= n``)
+the engine checks itself.
+
+The engine is then ``engine(problem, options, *, key[, kernel][, resume]) -> Approximation``
+(``kernel`` when registered with ``uses_kernel``, ``resume`` when it has a ``budget``). It
+runs its algorithm (BlackJAX style: ``init`` a ``NamedTuple`` state, a pure ``step(key,
+state, data) -> (state, info)`` iterated by :mod:`ppl_bsvm.inference.loop`, which passes the
+keys in) and finishes with an :class:`Approximation`: the arrays and predictor of the
+approximation and how the run went. ``ppl_bsvm.api`` turns it into the one ``Fit`` every
+engine returns, in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ._checks import boolean, nonnegative_float, one_of, positive_float, positive_int
+from .kernels import DEFAULT_JITTER
+from .predictive import DEFAULT_LINK, check_link
+
+__all__ = [
+    "Options",
+    "Approximation",
+    "Iteration",
+    "Temperature",
+    "Jitter",
+    "Draws",
+    "Link",
+    "LinearPrior",
+    "Sampler",
+    "CHAIN_METHODS",
+]
+
+CHAIN_METHODS = ("vectorized", "sequential", "parallel")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """Base of every engine's options: frozen, validated on construction (module docstring).
+
+    A subclass (or a piece it inherits) defines ``_check(self)``, which validates the fields
+    that class declares and may replace a value by its normalised form with :meth:`_set`.
+    """
+
+    def __post_init__(self):
+        for cls in reversed(type(self).__mro__):
+            check = vars(cls).get("_check")
+            if check is not None:
+                check(self)
+
+    def _set(self, name: str, value) -> None:
+        """Store the normalised ``value`` of field ``name`` (inside ``_check`` only)."""
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], where: str) -> Options:
+        """The options from a user's keywords; ``ValueError`` for an unknown name (naming the
+        valid ones and ``where``, e.g. ``"method='vi', model='gp'"``) or a bad value."""
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for {where}; valid options are "
+                f"{sorted(cls.names())}"
+            )
+        return cls(**options)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.names()}
+
+    def replace(self, **changes) -> Options:
+        """A copy with ``changes`` applied and validated."""
+        return dataclasses.replace(self, **changes)
+
+
+# --- shared pieces -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Iteration(Options):
+    """``max_iter`` iterations at most; stop when the engine's convergence statistic falls
+    below ``tol`` (``None`` only where the engine chooses it from the data)."""
+
+    max_iter: int = 1000
+    tol: float | None = 1e-8
+
+    _tol_from_data = False  # the engine picks tol=None's value from the data
+
+    def _check(self):
+        self._set("max_iter", positive_int("max_iter", self.max_iter))
+        if self.tol is None and self._tol_from_data:
+            return
+        self._set("tol", positive_float("tol", self.tol))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Temperature(Options):
+    """``gamma``: the pseudo-likelihood ``exp(-2 gamma max(0, 1 - y f))``'s temperature."""
+
+    gamma: float = 1.0
+
+    def _check(self):
+        self._set("gamma", positive_float("gamma", self.gamma))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Jitter(Options):
+    """``jitter``: relative jitter added to the diagonal of kernel matrices."""
+
+    jitter: float = DEFAULT_JITTER
+
+    def _check(self):
+        self._set("jitter", nonnegative_float("jitter", self.jitter))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Draws(Options):
+    """``num_draws``: draws from the approximation stored in ``idata.posterior``."""
+
+    num_draws: int = 1000
+
+    def _check(self):
+        self._set("num_draws", positive_int("num_draws", self.num_draws))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Link(Options):
+    """``link``: the default link of ``predict_proba`` (``ppl_bsvm.predictive``)."""
+
+    link: str = DEFAULT_LINK
+
+    def _check(self):
+        check_link(self.link)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearPrior(Options):
+    """The linear model's prior ``beta ~ N(0, prior_scale^2 I)``; ``intercept`` appends a
+    column of ones (its coefficient has the same prior)."""
+
+    prior_scale: float = 1.0
+    intercept: bool = True
+
+    def _check(self):
+        self._set("prior_scale", positive_float("prior_scale", self.prior_scale))
+        self._set("intercept", boolean("intercept", self.intercept))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sampler(Link):
+    """What every MCMC engine takes: ``num_samples`` kept draws and ``num_warmup`` burn-in
+    iterations per chain, ``num_chains`` chains run ``chain_method``, every ``thinning``-th
+    draw kept, ``store_lam`` to keep the draws of ``lam``, and predictions averaged over at
+    most ``max_predictive_draws`` draws."""
+
+    num_samples: int = 1000
+    num_warmup: int = 1000
+    num_chains: int = 4
+    chain_method: str = "vectorized"
+    thinning: int = 1
+    store_lam: bool = False
+    max_predictive_draws: int = 1000
+
+    def _check(self):
+        self._set("store_lam", boolean("store_lam", self.store_lam))
+        self._set("num_samples", positive_int("num_samples", self.num_samples))
+        self._set("num_warmup", positive_int("num_warmup", self.num_warmup, minimum=0))
+        self._set("num_chains", positive_int("num_chains", self.num_chains))
+        one_of("chain_method", self.chain_method, CHAIN_METHODS)
+        self._set("thinning", positive_int("thinning", self.thinning))
+        self._set("max_predictive_draws",
+                  positive_int("max_predictive_draws", self.max_predictive_draws))
+        if self.num_samples // self.thinning < 1:
+            raise ValueError(
+                f"thinning={self.thinning} keeps no draw of num_samples={self.num_samples}; "
+                "lower thinning"
+            )
+
+
+# --- what an engine returns ----------------------------------------------------------------
+
+
+class Approximation(NamedTuple):
+    """An engine's finished run, from which ``ppl_bsvm.api`` builds the ``Fit``.
+
+    Attributes
+    ----------
+    idata : xarray.DataTree
+        The posterior (or approximation) under the library's names.
+    predictor : object
+        The predictive object (``GaussianPredictor``, ``MixturePredictor``, ...).
+    trace : dict
+        The objective or sampler trace.
+    stop_reason : str or None
+    n_iter : int or None
+    timings : dict
+        Seconds of the parts the engine times itself (``"engine"``, ``"sampling"``, ...).
+    kernel_params, jitter
+        The final kernel hyperparameters and the jitter used (GP engines).
+    state : object
+        The final state, for inspection.
+    checkpoint : object or None
+        What ``ppl_bsvm.resume`` needs (resumable engines).
+    options : dict
+        Options resolved from the data (``num_inducing``, ``batch_size``, ...): they replace
+        the given values in ``Fit.options``.
+    """
+
+    idata: Any
+    predictor: Any
+    trace: dict = {}
+    stop_reason: str | None = None
+    n_iter: int | None = None
+    timings: dict = {}
+    kernel_params: Any = None
+    jitter: float | None = None
+    state: Any = None
+    checkpoint: Any = None
+    options: dict = {}

@@ -112,5 +112,5 @@ def test_the_loop_passes_keys_in_and_a_resumed_run_continues_their_stream():
         keys, sub = jax.random.split(keys)
         x = x + 2.0 * float(jax.random.normal(sub))
         expected.append(x)
-    np.testing.assert_allclose(one.infos.x, expected, rtol=1e-12)
+    np.testing.assert_allclose(one.infos.x, expected, rtol=1e-5)  # float32 here
     assert len(set(np.round(np.diff(one.infos.x), 12))) == 8  # a fresh draw at every step

@@ -53,7 +53,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from ..._checks import positive_float, positive_int
 from ..mvn import gaussian_from_precision
 from . import elbo as elbo_mod
 
@@ -71,7 +70,7 @@ __all__ = [
     "natural_gradient",
     "latent_marginals",
     "recorded",
-    "check_svi_options",
+    "check_batch_size",
     "period_points",
     "ElboEstimate",
     "estimate_init",
@@ -327,23 +326,14 @@ def recorded(elbo, name: str = "elbo") -> dict:
     return {name: elbo[steps], f"{name}_step": steps + 1}
 
 
-def check_svi_options(n: int, batch_size, check_every, elbo_every, hyper_every=1):
-    """Validate the minibatch options against the data size (``ValueError`` naming the option).
-
-    Returns ``(batch_size, check_every, elbo_every, hyper_every)``; ``elbo_every`` may be None.
-    """
-    batch_size = positive_int("batch_size", batch_size)
+def check_batch_size(batch_size: int, n: int) -> int:
+    """``batch_size`` (already a positive int) against the data size (``ValueError``)."""
     if batch_size > n:
         raise ValueError(
             f"batch_size={batch_size} exceeds the number of training points n={n}; "
             f"use batch_size <= {n} (batch_size={n} is full-batch coordinate ascent)"
         )
-    return (
-        batch_size,
-        positive_float("check_every", check_every),
-        None if elbo_every is None else positive_int("elbo_every", elbo_every),
-        positive_int("hyper_every", hyper_every),
-    )
+    return batch_size
 
 
 # --- the step of both engines ---------------------------------------------------------------

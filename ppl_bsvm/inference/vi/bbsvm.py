@@ -29,6 +29,7 @@ this).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -36,19 +37,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._checks import nonnegative_float, positive_float, positive_int
 from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
-from ...kernels import DEFAULT_JITTER, Kernel, gram
-from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
-from ...result import Fit
+from ...engine import Approximation, Draws, Iteration, Jitter, Link, Temperature
+from ...kernels import Kernel, gram
+from ...predictive import GaussianPredictor
 from .. import gaussian
 from ..latent import GPNoisy, Latent, gp_noisy
-from .._common import check_gamma, check_kernel_matrix, gaussian_idata
+from .._common import check_kernel_matrix, gaussian_idata
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
-from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
+from ._options import HyperRate, Learn
+from .hyper import AdamState, adam_ascent, adam_init
+from .schedules import as_step_size
 
 __all__ = ["BBSVMData", "BBSVMState", "BBSVMInfo", "init", "Static", "step", "optimal_q"]
 
@@ -177,25 +179,20 @@ def _converged(info: BBSVMInfo, tol):
     return info.delta <= tol
 
 
-@register("vi", ("gp",), memory=dense_bytes(4))
-def bbsvm(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    gamma: float = 1.0,
-    learn_hyperparameters: bool = False,
-    hyper_lr=0.05,
-    max_iter: int = 500,
-    tol: float = 1e-9,
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BBSVMOptions(Iteration, Temperature, Learn, HyperRate, Jitter, Draws, Link):
+    """Options of ``fit(model="gp", method="vi")`` (see :func:`bbsvm`)."""
+
+    max_iter: int = 500
+    tol: float = 1e-9
+
+
+@register("vi", ("gp",), options=BBSVMOptions, memory=dense_bytes(4))
+def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Approximation:
     """B-BSVM: batch mean-field VI for the GP Bayesian SVM (Wenzel et al. 2017, 4.1), O(n^3).
 
-    Parameters
-    ----------
+    Options (:class:`BBSVMOptions`)
+    -------------------------------
     gamma : float, default=1.0
         Pseudo-likelihood temperature.
     learn_hyperparameters : bool, default=False
@@ -215,13 +212,8 @@ def bbsvm(
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba``.
     """
-    gamma = check_gamma(gamma)
-    learn, hyper_lr, _ = check_hyper_options(learn_hyperparameters, hyper_lr, 1)
-    positive_int("max_iter", max_iter)
-    positive_float("tol", tol)
-    positive_int("num_draws", num_draws)
-    check_link(link)
-    jitter = nonnegative_float("jitter", jitter)
+    gamma, jitter, learn = options.gamma, options.jitter, options.learn_hyperparameters
+    hyper_lr = as_step_size(options.hyper_lr, "hyper_lr")
     t0 = time.perf_counter()
     X = jnp.asarray(problem.X, dtype=jnp.float64)
     data = BBSVMData(
@@ -234,11 +226,11 @@ def bbsvm(
     check_kernel_matrix(gram(kernel, params, X, jitter), kernel, jitter)
     result = run(step, init(kernel, params, data), data, static=Static(kernel, hyper_lr if learn
                                                                        else None),
-                 max_iter=max_iter, tol=tol, converged=_converged)
+                 max_iter=options.max_iter, tol=options.tol, converged=_converged)
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)
     alpha, value = _collapse(q, data, st.alpha)
-    draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, num_draws)
+    draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, options.num_draws)
     elapsed = time.perf_counter() - t0
 
     idata = gaussian_idata(
@@ -257,19 +249,16 @@ def bbsvm(
         "elbo_step": np.arange(1, result.n_iter + 1),
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="vi",
-        model="gp",
         predictor=GaussianPredictor(
             Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights)),
-            link=link, gamma=gamma,
+            link=options.link, gamma=gamma,
         ),
         timings={"engine": elapsed},
         trace=trace,
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=st.params,
         jitter=jitter,
         state=st,

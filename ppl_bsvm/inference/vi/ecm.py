@@ -35,6 +35,7 @@ MAP; predictions are that GP regression's predictive (Henao et al. 2014, section
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from functools import partial
 from typing import NamedTuple
@@ -44,18 +45,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from ..._checks import positive_float, positive_int
+from ..._checks import positive_float
 from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
-from ...kernels import DEFAULT_JITTER, Kernel
-from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
-from ...result import Fit
+from ...engine import Approximation, Draws, Iteration, Jitter, LinearPrior, Link, Temperature
+from ...kernels import Kernel
+from ...predictive import GaussianPredictor
 from .. import gaussian
 from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
 from .._common import (
     LinearData,
-    check_gamma,
     gaussian_idata,
     gp_setup,
     linear_setup,
@@ -200,33 +200,36 @@ def _converged(info: ECMInfo, tol):
     return info.delta <= tol
 
 
-def _check_common(max_iter, tol, eps, num_draws, link, gamma):
-    positive_int("max_iter", max_iter)
-    positive_float("tol", tol)
-    positive_float("eps", eps)
-    positive_int("num_draws", num_draws)
-    check_link(link)
-    return check_gamma(gamma)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _ECMOptions(Iteration, Temperature, Draws, Link):
+    """ECM's options: ``max_iter`` (2000) and ``tol`` (1e-10) on the relative change of the
+    MAP objective, ``eps``, the floor of ``lamhat`` (margin points), and the shared ``gamma``,
+    ``num_draws``, ``link``."""
+
+    max_iter: int = 2000
+    tol: float = 1e-10
+    eps: float = 1e-8
+
+    def _check(self):
+        self._set("eps", positive_float("eps", self.eps))
 
 
-@register("ecm", ("gp",), memory=dense_bytes(4))
-def ecm_gp(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    gamma: float = 1.0,
-    max_iter: int = 2000,
-    tol: float = 1e-10,
-    eps: float = 1e-8,
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ECMGPOptions(_ECMOptions, Jitter):
+    """Options of ``fit(model="gp", method="ecm")`` (see :func:`ecm_gp`)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ECMLinearOptions(_ECMOptions, LinearPrior):
+    """Options of ``fit(model="linear", method="ecm")`` (see :func:`ecm_linear`)."""
+
+
+@register("ecm", ("gp",), options=ECMGPOptions, memory=dense_bytes(4))
+def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> Approximation:
     """ECM (Henao et al. 2014): MAP of the GP Bayesian SVM = SVM without bias at C = 2 gamma.
 
-    Parameters
-    ----------
+    Options (:class:`ECMGPOptions`)
+    -------------------------------
     gamma : float, default=1.0
         Pseudo-likelihood temperature.
     max_iter : int, default=2000
@@ -241,15 +244,15 @@ def ecm_gp(
     link : str, default="probit"
         Default link of ``predict_proba``.
     """
-    gamma = _check_common(max_iter, tol, eps, num_draws, link, gamma)
     t0 = time.perf_counter()
-    setup = gp_setup(problem, kernel, jitter)
-    data = GPData(setup.K, setup.y, jnp.asarray(gamma), jnp.asarray(eps))
-    result = run(gp_step, gp_init(data), data, max_iter=max_iter, tol=tol, converged=_converged)
+    setup = gp_setup(problem, kernel, options.jitter)
+    data = GPData(setup.K, setup.y, jnp.asarray(options.gamma), jnp.asarray(options.eps))
+    result = run(gp_step, gp_init(data), data, max_iter=options.max_iter, tol=options.tol,
+                 converged=_converged)
     lam = result.state.lam
     f_map, a, fac = _gp_cm_step(data, lam)
     f_var = gaussian.posterior_cov_diag(data.K, fac)
-    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_map, num_draws))[None]
+    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_map, options.num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     idata = gaussian_idata(
@@ -262,43 +265,26 @@ def ecm_gp(
         },
         attrs={"method": "ecm", "model": "gp", "stop_reason": result.stop_reason},
     )
-    return Fit(
+    latent = Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, a))
+    return Approximation(
         idata=idata,
-        method="ecm",
-        model="gp",
-        predictor=GaussianPredictor(
-            Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, a)),
-            link=link, gamma=gamma,
-        ),
+        predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=setup.params,
         jitter=setup.jitter,
         state=result.state,
     )
 
 
-@register("ecm", ("linear",), uses_kernel=False)
-def ecm_linear(
-    problem: Problem,
-    *,
-    key,
-    prior_scale: float = 1.0,
-    intercept: bool = True,
-    gamma: float = 1.0,
-    max_iter: int = 2000,
-    tol: float = 1e-10,
-    eps: float = 1e-8,
-    num_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-) -> Fit:
+@register("ecm", ("linear",), options=ECMLinearOptions, uses_kernel=False)
+def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approximation:
     """ECM for the linear Bayesian SVM: MAP = linear SVM without bias at C = 2 gamma.
 
-    Parameters
-    ----------
+    Options (:class:`ECMLinearOptions`)
+    -----------------------------------
     prior_scale : float, default=1.0
         ``beta ~ N(0, prior_scale^2 I)``.
     intercept : bool, default=True
@@ -306,20 +292,18 @@ def ecm_linear(
     gamma, max_iter, tol, eps, num_draws, link
         As for the GP model.
     """
-    gamma = _check_common(max_iter, tol, eps, num_draws, link, gamma)
-    prior_scale = positive_float("prior_scale", prior_scale)
     t0 = time.perf_counter()
-    setup = linear_setup(problem, intercept)
-    data = LinearData(setup.Z, jnp.asarray(prior_scale), jnp.asarray(gamma), eps=jnp.asarray(eps))
-    result = run(
-        linear_step, linear_init(data), data, max_iter=max_iter, tol=tol, converged=_converged
-    )
+    setup = linear_setup(problem, options.intercept)
+    data = LinearData(setup.Z, jnp.asarray(options.prior_scale), jnp.asarray(options.gamma),
+                      eps=jnp.asarray(options.eps))
+    result = run(linear_step, linear_init(data), data, max_iter=options.max_iter,
+                 tol=options.tol, converged=_converged)
     beta, chol_prec = _linear_cm_step(data, result.state.lam)
     p = beta.shape[0]
     # Covariance factor L^{-T} of prec = L L^T: draws beta + L^{-T} z have covariance prec^{-1}.
     cov = cho_solve((chol_prec, True), jnp.eye(p, dtype=beta.dtype))
     chol_cov = jnp.linalg.cholesky(cov)
-    draws = mvn_draws(key, beta, chol_cov, num_draws)
+    draws = mvn_draws(key, beta, chol_cov, options.num_draws)
     elapsed = time.perf_counter() - t0
 
     idata = gaussian_idata(
@@ -333,18 +317,13 @@ def ecm_linear(
         },
         attrs={"method": "ecm", "model": "linear", "stop_reason": result.stop_reason},
     )
-    return Fit(
+    latent = Latent(linear_gaussian, options.intercept, LinearGaussian(beta, chol_prec))
+    return Approximation(
         idata=idata,
-        method="ecm",
-        model="linear",
-        predictor=GaussianPredictor(
-            Latent(linear_gaussian, intercept, LinearGaussian(beta, chol_prec)),
-            link=link, gamma=gamma,
-        ),
+        predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
         state=result.state,
     )
-

@@ -18,13 +18,10 @@ with a plus sign.
 from __future__ import annotations
 
 import jax
-import numpy as np
 import optax
 
-from ..._checks import positive_int
-from .schedules import as_step_size
 
-__all__ = ["AdamState", "adam_init", "adam_ascent", "check_hyper_options"]
+__all__ = ["AdamState", "adam_init", "adam_ascent"]
 
 _ADAM = optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8)  # Kingma and Ba's (and optax's) defaults
 
@@ -50,20 +47,3 @@ def adam_ascent(grads, params, state: AdamState, lr):
     """
     direction, state = _ADAM.update(grads, state)
     return jax.tree.map(lambda h, d: h + lr * d, params, direction), state
-
-
-def check_hyper_options(learn_hyperparameters, hyper_lr, hyper_every):
-    """Validate the shared hyperparameter options (``ValueError`` naming the option).
-
-    Returns ``(learn, hyper_lr_schedule, hyper_every)``; ``hyper_lr`` may be a positive number
-    or a schedule of the hyperparameter step count (``schedules.as_step_size``).
-    """
-    if not isinstance(learn_hyperparameters, (bool, np.bool_)):
-        raise ValueError(
-            f"learn_hyperparameters must be True or False, got {learn_hyperparameters!r}"
-        )
-    return (
-        bool(learn_hyperparameters),
-        as_step_size(hyper_lr, "hyper_lr"),
-        positive_int("hyper_every", hyper_every),
-    )

@@ -30,6 +30,7 @@ sampling error). ``elbo_every=k`` also records the exact full-data ELBO every ``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import NamedTuple
@@ -39,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from ..._checks import boolean, positive_float, positive_int
 from ...api import register
 from ...data import Problem
-from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
+from ...engine import Approximation, Draws, Iteration, LinearPrior, Link, Temperature
+from ...predictive import GaussianPredictor
 from ...result import Fit
-from .._common import LinearData, check_gamma, gaussian_idata, linear_setup, mvn_draws
+from .._common import LinearData, gaussian_idata, linear_setup, mvn_draws
 from ..latent import Latent, LinearGaussian, linear_gaussian
 from ..loop import relative_change, run
 from ..mvn import cov_factor, gaussian_from_precision, kl_precision
@@ -56,7 +57,7 @@ from ._svi import (
     ElboEstimate,
     SVIModel,
     batches_init,
-    check_svi_options,
+    check_batch_size,
     estimate_init,
     latent_marginals,
     natural_target,
@@ -65,6 +66,7 @@ from ._svi import (
     recorded,
     svi_step,
 )
+from ._options import HyperEvery, Learn, Stochastic
 
 __all__ = [
     "LinearVIState",
@@ -279,15 +281,21 @@ def svi_step_linear(static: SVIStatic, key, state: LinearSVIState, data: LinearD
 # --- engines ------------------------------------------------------------------------------
 
 
-def _check(prior_scale, intercept, gamma, learn, max_iter, tol, num_draws, link):
-    check_link(link)
-    positive_int("max_iter", max_iter)
-    positive_float("tol", tol)
-    positive_int("num_draws", num_draws)
-    boolean("intercept", intercept)
-    if not isinstance(learn, bool):
-        raise ValueError(f"learn_hyperparameters must be True or False, got {learn!r}")
-    return positive_float("prior_scale", prior_scale), check_gamma(gamma)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearVIOptions(LinearPrior, Temperature, Learn, Iteration, Draws, Link):
+    """Options of ``fit(model="linear", method="vi")`` (see :func:`linear_vi`)."""
+
+    max_iter: int = 1000
+    tol: float = 1e-10
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearSVIOptions(LinearPrior, Temperature, Stochastic, Learn, HyperEvery, Iteration,
+                       Draws, Link):
+    """Options of ``fit(model="linear", method="svi")`` (see :func:`linear_svi`)."""
+
+    max_iter: int = 20000
+    tol: float = 1e-5
 
 
 def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
@@ -297,11 +305,11 @@ def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None) -> 
     )
 
 
-def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamma, result,
-               method, elapsed, extra_trace, options):
+def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, method,
+                   elapsed, extra_trace, resolved) -> Approximation:
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
     factor = cov_factor(chol)
-    draws = mvn_draws(key, mu, factor, num_draws)
+    draws = mvn_draws(key, mu, factor, options.num_draws)
     intercept = setup.features[-1] == "intercept"
 
     idata = gaussian_idata(
@@ -317,41 +325,26 @@ def _build_fit(problem, setup, data, mu, chol, log_s, key, num_draws, link, gamm
         },
         attrs={"method": method, "model": "linear", "stop_reason": result.stop_reason},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method=method,
-        model="linear",
-        predictor=GaussianPredictor(
-            Latent(linear_gaussian, intercept, LinearGaussian(mu, chol)), link=link, gamma=gamma
-        ),
+        predictor=GaussianPredictor(Latent(linear_gaussian, intercept, LinearGaussian(mu, chol)),
+                                    link=options.link, gamma=options.gamma),
         timings={"engine": elapsed},
         trace=extra_trace,
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        options=options,
+        options=resolved,
         state=result.state,
         checkpoint=result if method == "svi" else None,
     )
 
 
-@register("vi", ("linear",), uses_kernel=False)
-def linear_vi(
-    problem: Problem,
-    *,
-    key,
-    prior_scale: float = 1.0,
-    intercept: bool = True,
-    gamma: float = 1.0,
-    learn_hyperparameters: bool = False,
-    max_iter: int = 1000,
-    tol: float = 1e-10,
-    num_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-) -> Fit:
+@register("vi", ("linear",), options=LinearVIOptions, uses_kernel=False)
+def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximation:
     """Mean-field VI for the linear Bayesian SVM by coordinate ascent (Wenzel et al. eq. 14).
 
-    Parameters
-    ----------
+    Options (:class:`LinearVIOptions`)
+    ----------------------------------
     prior_scale : float, default=1.0
         ``beta ~ N(0, prior_scale^2 I)`` (the starting value when it is learned).
     intercept : bool, default=True
@@ -368,14 +361,12 @@ def linear_vi(
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba`` (``ppl_bsvm.predictive``).
     """
-    prior_scale, gamma = _check(
-        prior_scale, intercept, gamma, learn_hyperparameters, max_iter, tol, num_draws, link
-    )
     t0 = time.perf_counter()
-    setup = linear_setup(problem, intercept)
-    data = _data(setup, prior_scale, gamma, learn_hyperparameters)
+    setup = linear_setup(problem, options.intercept)
+    data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters)
     state = vi_init(data)
-    result = run(vi_step, state, data, max_iter=max_iter, tol=tol, converged=_vi_converged)
+    result = run(vi_step, state, data, max_iter=options.max_iter, tol=options.tol,
+                 converged=_vi_converged)
     st = result.state
     elapsed = time.perf_counter() - t0
     trace = {
@@ -383,34 +374,17 @@ def linear_vi(
         "elbo_step": np.arange(1, result.n_iter + 1),
         "prior_scale": result.infos.prior_scale,
     }
-    return _build_fit(problem, setup, data, st.mu, st.chol, st.log_prior_scale, key, num_draws,
-                      link, gamma, result, "vi", elapsed, trace, {})
+    return _approximation(problem, setup, data, st.mu, st.chol, st.log_prior_scale, key, options,
+                          result, "vi", elapsed, trace, {})
 
 
-@register("svi", ("linear",), uses_kernel=False, budget="max_iter")
-def linear_svi(
-    problem: Problem,
-    *,
-    key,
-    prior_scale: float = 1.0,
-    intercept: bool = True,
-    gamma: float = 1.0,
-    batch_size: int | None = None,
-    learning_rate="robbins_monro",
-    learn_hyperparameters: bool = False,
-    hyper_every: int = 10,
-    max_iter: int = 20000,
-    tol: float = 1e-5,
-    check_every: float = 1.0,
-    elbo_every: int | None = None,
-    num_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("svi", ("linear",), options=LinearSVIOptions, uses_kernel=False, budget="max_iter")
+def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
+               resume: Fit | None = None) -> Approximation:
     """Stochastic VI for the linear Bayesian SVM: minibatches of alpha, natural-gradient steps.
 
-    Parameters
-    ----------
+    Options (:class:`LinearSVIOptions`)
+    -----------------------------------
     prior_scale, intercept, gamma, num_draws, link
         As for ``method="vi"``.
     batch_size : int, optional
@@ -438,28 +412,24 @@ def linear_svi(
     resume : Fit, optional
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
-    prior_scale, gamma = _check(
-        prior_scale, intercept, gamma, learn_hyperparameters, max_iter, tol, num_draws, link
-    )
-    rate = schedules.as_rate(learning_rate)
+    rate = schedules.as_rate(options.learning_rate)
     n = problem.n
-    batch_size = min(100, n) if batch_size is None else batch_size
-    batch_size, check_every, elbo_every, hyper_every = check_svi_options(
-        n, batch_size, check_every, elbo_every, hyper_every
-    )
+    batch_size = min(100, n) if options.batch_size is None else options.batch_size
+    check_batch_size(batch_size, n)
+    elbo_every = options.elbo_every
     t0 = time.perf_counter()
-    setup = linear_setup(problem, intercept)
+    setup = linear_setup(problem, options.intercept)
     k_init, k_draws = jax.random.split(key)
-    data = _data(setup, prior_scale, gamma, learn_hyperparameters, n / batch_size,
-                 period_points(n, batch_size, check_every),
+    data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters,
+                 n / batch_size, period_points(n, batch_size, options.check_every),
                  _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
     state = loop_key = None
     if previous is None:
         state, loop_key = svi_init(k_init, data, rate, batch_size)
-    result = run(svi_step_linear, state, data, static=SVIStatic(rate, batch_size, elbo_every,
-                                                                hyper_every),
-                 key=loop_key, max_iter=max_iter, tol=tol, converged=_vi_converged,
+    static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)
+    result = run(svi_step_linear, state, data, static=static, key=loop_key,
+                 max_iter=options.max_iter, tol=options.tol, converged=_vi_converged,
                  resume=previous)
     st = result.state
     mu, chol = gaussian_from_precision(st.eta1, st.prec)
@@ -467,5 +437,5 @@ def linear_svi(
     trace = {**recorded(result.infos.elbo),
              **(recorded(result.infos.elbo_exact, "elbo_exact") if elbo_every else {}),
              "rho": result.infos.rho, "prior_scale": result.infos.prior_scale}
-    return _build_fit(problem, setup, data, mu, chol, st.log_prior_scale, k_draws, num_draws,
-                      link, gamma, result, "svi", elapsed, trace, {"batch_size": batch_size})
+    return _approximation(problem, setup, data, mu, chol, st.log_prior_scale, k_draws, options,
+                          result, "svi", elapsed, trace, {"batch_size": batch_size})

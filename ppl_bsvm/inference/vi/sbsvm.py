@@ -47,8 +47,8 @@ coordinate ascent (``bbsvm.py``), which the tests check.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import inspect
 import time
 from typing import NamedTuple
 
@@ -57,16 +57,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..._checks import boolean, nonnegative_float, positive_float, positive_int
+from ..._checks import boolean
 from ..._memory import FLOAT
 from ...api import register
 from ...data import Problem, check_X
-from ...kernels import DEFAULT_JITTER, Kernel
-from ...predictive import DEFAULT_LINK, GaussianPredictor, check_link
+from ...engine import Approximation, Draws, Iteration, Jitter, Link, Temperature
+from ...kernels import Kernel
+from ...predictive import GaussianPredictor
 from ...result import Fit
 from ..._shapes import CHUNK, bucket_size, pad_rows
-from .._common import check_gamma, gaussian_idata
-from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior
+from .._common import gaussian_idata
+from ..inducing import choose_inducing, inducing_prior
 from ..latent import Latent
 from ..loop import run
 from ..mvn import gaussian_from_precision, kl_precision
@@ -80,7 +81,7 @@ from ._svi import (
     ElboEstimate,
     SVIModel,
     batches_init,
-    check_svi_options,
+    check_batch_size,
     estimate_init,
     period_points,
     rate_init,
@@ -88,7 +89,8 @@ from ._svi import (
     svi_step,
     target_from_statistics,
 )
-from .hyper import AdamState, adam_ascent, adam_init, check_hyper_options
+from ._options import HyperEvery, HyperRate, Inducing, Learn, Stochastic
+from .hyper import AdamState, adam_ascent, adam_init
 from .sbsvm_marginals import (
     _f_draws,
     _final_q,
@@ -440,36 +442,34 @@ def _check_Z(Z, d):
     return Z
 
 
-def _sbsvm(
-    problem: Problem,
-    model: str,
-    *,
-    key,
-    kernel: Kernel,
-    num_inducing: int | None = None,
-    inducing="kmeans",
-    learn_inducing: bool = False,
-    batch_size: int | None = None,
-    devices=None,
-    learning_rate="robbins_monro",
-    gamma: float = 1.0,
-    learn_hyperparameters: bool = False,
-    hyper_lr=schedules.inverse_time(0.05, 50.0, 0.5),
-    hyper_every: int = 10,
-    max_iter: int = 20000,
-    tol: float | None = None,
-    check_every: float = 1.0,
-    elbo_every: int | None = None,
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    store_f: bool | None = None,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SBSVMOptions(Inducing, Stochastic, Temperature, Learn, HyperRate, HyperEvery, Iteration,
+                   Jitter, Draws, Link):
+    """Options of ``fit(model="gp" or "sparse_gp", method="svi")`` (see :func:`sbsvm_gp`);
+    ``tol=None`` is :func:`default_tol` of the data, ``devices`` and the inducing array are
+    checked against the machine and the data when the fit starts."""
+
+    devices: object = None
+    hyper_lr: object = schedules.inverse_time(0.05, 50.0, 0.5)
+    max_iter: int = 20000
+    tol: float | None = None
+    store_f: bool | None = None
+
+    _tol_from_data = True
+
+    def _check(self):
+        if self.learn_inducing and not self.learn_hyperparameters:
+            raise ValueError("learn_inducing=True needs learn_hyperparameters=True")
+        if self.store_f is not None:
+            self._set("store_f", boolean("store_f", self.store_f))
+
+
+def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: Kernel,
+           resume: Fit | None = None) -> Approximation:
     """S-BSVM: stochastic natural-gradient VI with inducing points (Wenzel et al. 2017, Alg. 1).
 
-    Parameters
-    ----------
+    Options (:class:`SBSVMOptions`)
+    -------------------------------
     num_inducing : int, optional
         ``m``, at most ``n``; default ``min(100, n)``. Ignored (must be None or match) when
         ``inducing`` is an array.
@@ -531,31 +531,17 @@ def _sbsvm(
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
     n, d = problem.n, problem.d
-    gamma = check_gamma(gamma)
-    learn, hyper_lr, hyper_every = check_hyper_options(learn_hyperparameters, hyper_lr,
-                                                        hyper_every)
-    boolean("learn_inducing", learn_inducing)
-    if learn_inducing and not learn:
-        raise ValueError("learn_inducing=True needs learn_hyperparameters=True")
-    rate = schedules.as_rate(learning_rate)
-    mesh, batch_size = _mesh_and_batch(devices, batch_size, n)
-    batch_size, check_every, elbo_every, _ = check_svi_options(n, batch_size, check_every,
-                                                               elbo_every)
-    positive_int("max_iter", max_iter)
-    tol = default_tol(n) if tol is None else positive_float("tol", tol)
-    positive_int("num_draws", num_draws)
-    jitter = nonnegative_float("jitter", jitter)
-    check_link(link)
-    if store_f is None:
-        store_f = n <= STORE_F_MAX_N
-    boolean("store_f", store_f)
+    gamma, jitter, learn = options.gamma, options.jitter, options.learn_hyperparameters
+    hyper_lr = schedules.as_step_size(options.hyper_lr, "hyper_lr")
+    rate = schedules.as_rate(options.learning_rate)
+    mesh, batch_size = _mesh_and_batch(options.devices, options.batch_size, n)
+    batch_size = check_batch_size(batch_size, n)
+    elbo_every, num_draws = options.elbo_every, options.num_draws
+    tol = default_tol(n) if options.tol is None else options.tol
+    store_f = n <= STORE_F_MAX_N if options.store_f is None else options.store_f
+    inducing, num_inducing = options.inducing, options.num_inducing
     if isinstance(inducing, str):
-        if inducing not in INDUCING_METHODS:
-            raise ValueError(
-                f"inducing must be one of {list(INDUCING_METHODS)} or an array of shape (m, d), "
-                f"got {inducing!r}"
-            )
-        m = min(100, n) if num_inducing is None else positive_int("num_inducing", num_inducing)
+        m = min(100, n) if num_inducing is None else num_inducing
         if m > n:
             raise ValueError(f"num_inducing={m} exceeds the number of training points n={n}")
     else:
@@ -583,11 +569,11 @@ def _sbsvm(
         jnp.asarray(pad_rows(X, rows)), jnp.asarray(pad_rows(problem.y, rows)),
         jnp.asarray(n, jnp.int32), jnp.asarray(gamma), jnp.asarray(jitter),
         jnp.asarray(n / batch_size),
-        jnp.asarray(period_points(n, batch_size, check_every), jnp.int32),
+        jnp.asarray(period_points(n, batch_size, options.check_every), jnp.int32),
         _batch_order(jax.random.fold_in(k_init, 1), rows, n),
     )
-    config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, hyper_every,
-                    bool(learn_inducing), mesh)
+    config = Config(kernel, rate, batch_size, elbo_every, learn, hyper_lr, options.hyper_every,
+                    options.learn_inducing, mesh)
     if mesh is not None:  # every device holds the data; each computes its rows of a batch
         data = jax.device_put(data, NamedSharding(mesh, PartitionSpec()))
     state = loop_key = None
@@ -595,8 +581,8 @@ def _sbsvm(
         params = kernel.init_params(problem.X)
         _check_Kmm(kernel, params, Z, jitter)
         state, loop_key = init(k_init, params, Z, data, config)
-    result = run(step, state, data, static=config, key=loop_key, max_iter=max_iter, tol=tol,
-                 converged=_converged, resume=previous)
+    result = run(step, state, data, static=config, key=loop_key, max_iter=options.max_iter,
+                 tol=tol, converged=_converged, resume=previous)
     st = result.state
     q = _final_q(st, k_u, num_draws)
     post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
@@ -632,16 +618,14 @@ def _sbsvm(
         "rho": result.infos.rho,
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="svi",
-        model=model,
-        predictor=GaussianPredictor(Latent(_latent_chunk, kernel, post), link=link, gamma=gamma),
+        predictor=GaussianPredictor(Latent(_latent_chunk, kernel, post), link=options.link,
+                                    gamma=gamma),
         timings={"engine": elapsed, "inducing": t_inducing},
         trace=trace,
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=st.params,
         jitter=jitter,
         options={"num_inducing": m, "batch_size": batch_size, "store_f": store_f,
@@ -662,22 +646,19 @@ def _working_memory(n: int, d: int, options: dict) -> int:
     return FLOAT * (draws + 8 * (b + CHUNK) * m + 16 * m * m)
 
 
-_SIGNATURE = inspect.signature(_sbsvm)
-_SIGNATURE = _SIGNATURE.replace(
-    parameters=[p for p in _SIGNATURE.parameters.values() if p.name != "model"]
-)
+def sbsvm_gp(problem: Problem, options: SBSVMOptions, *, key, kernel: Kernel,
+             resume: Fit | None = None) -> Approximation:
+    return _sbsvm(problem, "gp", options, key=key, kernel=kernel, resume=resume)
 
 
-def _engine(model: str):
-    def engine(problem, *, key, kernel, **options):
-        return _sbsvm(problem, model, key=key, kernel=kernel, **options)
-
-    engine.__signature__ = _SIGNATURE
-    engine.__doc__ = _sbsvm.__doc__
-    engine.__name__ = engine.__qualname__ = f"sbsvm_{model}"
-    return engine
+def sbsvm_sparse_gp(problem: Problem, options: SBSVMOptions, *, key, kernel: Kernel,
+                    resume: Fit | None = None) -> Approximation:
+    return _sbsvm(problem, "sparse_gp", options, key=key, kernel=kernel, resume=resume)
 
 
-sbsvm_gp = register("svi", ("gp",), budget="max_iter", memory=_working_memory)(_engine("gp"))
-sbsvm_sparse_gp = register("svi", ("sparse_gp",), budget="max_iter",
-                           memory=_working_memory)(_engine("sparse_gp"))
+# One algorithm, registered for both models: with model="gp" the posterior is read as one
+# over f, with "sparse_gp" over the inducing values u (the arrays are the same).
+for _engine in (sbsvm_gp, sbsvm_sparse_gp):
+    _engine.__doc__ = _sbsvm.__doc__
+    register("svi", (_engine.__name__.removeprefix("sbsvm_"),), options=SBSVMOptions,
+             budget="max_iter", memory=_working_memory)(_engine)

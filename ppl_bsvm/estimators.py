@@ -27,15 +27,8 @@ from .api import _engine_options, get_engine
 from .api import fit as _fit
 from .baselines._common import kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
-from .baselines.rvm import (
-    RVMResult,
-    _Basis,
-    _check_rvm_options,
-    _fit_basis,
-    _split_active,
-    rvm_classification,
-    rvm_regression,
-)
+from .baselines.rvm import _Basis, _check_rvm_options, _fit_basis, _split_active
+from .baselines.rvm_algorithms import RVMResult, rvm_classification, rvm_regression
 from .kernels import DEFAULT_JITTER, get_kernel
 from .predictive import DEFAULT_LINK
 
@@ -421,14 +414,14 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     Sparse Bayesian kernel regression: ``t = sum_j w_j k(x, x_j) + b + noise``, each weight
     with its own prior precision ``alpha_j`` set by maximising the evidence; most ``alpha_j``
     diverge and the remaining training points are the relevance vectors. See
-    :mod:`ppl_bsvm.baselines.rvm` for the algorithms.
+    :mod:`ppl_bsvm.baselines.rvm_algorithms` for the algorithms.
 
     Parameters
     ----------{_RVM_DOC_PARAMS}
     augment : bool, default=False
-        Predictive variance of the augmented model (RVM*, module docstring): a basis function
-        at each test point, so the variance grows away from the data instead of shrinking.
-        Needs the training data at prediction time.
+        Predictive variance of the augmented model (RVM*, :mod:`ppl_bsvm.baselines.rvm_algorithms`):
+        a basis function at each test point, so the variance grows away from the data instead of
+        shrinking. Needs the training data at prediction time.
 
     Attributes
     ----------

@@ -5,7 +5,17 @@ classifier API, so that a Bayesian SVM drops into ``Pipeline``, ``GridSearchCV``
 ``cross_val_score``. The estimator does no inference of its own: ``fit`` validates the input the
 scikit-learn way (``validate_data``, the exact binary-only message the checks look for), then
 calls :func:`ppl_bsvm.fit` with ``positive=classes_[1]`` and keeps the returned
-:class:`ppl_bsvm.Fit` in ``posterior_``.
+:class:`ppl_bsvm.Fit` in ``posterior_``. :class:`BCSVMClassifier` does the same for the BC-SVM
+engine with its options as parameters; :class:`RVMRegressor` and :class:`RVMClassifier` run the
+relevance vector machine's evidence maximisers (:mod:`ppl_bsvm.baselines.rvm_algorithms`)
+directly.
+
+All four take their parameters by keyword only, store them unchanged in ``__init__`` and check
+them at ``fit`` against their ``_parameter_constraints`` (scikit-learn's
+``InvalidParameterError``, a ``ValueError`` naming the parameter). What depends on an engine is
+checked by the library with its own message: the ``(model, method)`` pair against the engine
+registry (before the declared constraints), ``options`` against the engine's signature, kernel
+names by :func:`ppl_bsvm.kernels.get_kernel`.
 
 Importing this module imports scikit-learn; ``import ppl_bsvm`` does not (``ppl_bsvm.BayesianSVC``
 is resolved on first use).
@@ -14,29 +24,24 @@ is resolved on first use).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Integral, Real
 
 import jax
 import numpy as np
 from scipy.special import ndtri
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._checks import boolean
-from .api import _engine_options, get_engine
+from .api import MODELS, _engine_options, get_engine
 from .api import fit as _fit
-from .baselines._common import kernel_matrix
+from .baselines._common import BASELINE_LINKS, kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
-from .baselines.rvm import (
-    RVMResult,
-    _Basis,
-    _check_rvm_options,
-    _fit_basis,
-    _split_active,
-    rvm_classification,
-    rvm_regression,
-)
-from .kernels import DEFAULT_JITTER, get_kernel
+from .baselines.bcsvm import COMBINES
+from .baselines.rvm import _Basis, _check_rvm_options, _fit_basis, _split_active
+from .baselines.rvm_algorithms import ALGORITHMS, RVMResult, rvm_classification, rvm_regression
+from .kernels import DEFAULT_JITTER, Kernel, get_kernel
 from .predictive import DEFAULT_LINK
 
 __all__ = ["BayesianSVC", "BCSVMClassifier", "RVMRegressor", "RVMClassifier"]
@@ -54,8 +59,110 @@ _RESERVED = {
     "intercept": "fit_intercept",
 }
 
+# Constraints the estimators share. Kernel names are resolved case-insensitively by
+# kernels.get_kernel, whose ValueError lists the valid ones, so a name is only checked to be a str.
+_POSITIVE_INT = Interval(Integral, 1, None, closed="left")
+_POSITIVE = Interval(Real, 0, None, closed="neither")  # finite: inf is outside the interval
+_NONNEGATIVE = Interval(Real, 0, None, closed="left")
+_SEED = [Interval(Integral, 0, None, closed="left"), jax.Array]  # an int, or a JAX key
 
-class BayesianSVC(ClassifierMixin, BaseEstimator):
+
+def _two_columns(p):
+    """``[P(classes_[0]), P(classes_[1])]`` from ``P(classes_[1])``."""
+    return np.stack([1.0 - p, p], axis=1)
+
+
+class _BinaryClassifier(ClassifierMixin, BaseEstimator):
+    """What the binary classifiers share: the binary-only tag (scikit-learn's checks then fit
+    only two-class problems and expect ``"Only binary classification is supported."`` for more
+    classes), the target check, and ``predict`` as the sign of ``decision_function``."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def _binary_targets(self, y, *, need_two: bool):
+        """The sorted classes and each label's index in them; ``ValueError`` naming ``y`` for
+        targets that are not binary (or, with ``need_two``, of a single class)."""
+        check_classification_targets(y)
+        classes, index = np.unique(y, return_inverse=True)
+        if need_two and classes.size < 2:
+            raise ValueError(
+                f"y has only one class ({classes[0]!r}); binary classification needs two"
+            )
+        y_type = type_of_target(y, input_name="y", raise_unknown=True)
+        if y_type != "binary":
+            shown = classes[:6].tolist()
+            raise ValueError(
+                "Only binary classification is supported. The type of the target y is "
+                f"{y_type!r} with {classes.size} class(es) {shown}"
+                f"{' ...' if classes.size > 6 else ''}; {type(self).__name__} needs exactly two classes"
+            )
+        return classes, index
+
+    def predict(self, X):
+        """``classes_[1]`` where :meth:`decision_function` is >= 0 (``predict_proba >= 1/2``),
+        else ``classes_[0]``."""
+        check_is_fitted(self)
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+
+
+class _FitClassifier(_BinaryClassifier):
+    """A binary classifier over :func:`ppl_bsvm.fit`; ``_fit_arguments`` names the engine and its
+    options."""
+
+    def _fit_arguments(self) -> dict:
+        raise NotImplementedError
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit to binary data; returns ``self``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Finite inputs (converted to float64).
+        y : array-like of shape (n_samples,)
+            Exactly two distinct labels of any type (ints, bools, strings, ...).
+        """
+        kwargs = self._fit_arguments()
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        self.classes_, _ = self._binary_targets(y, need_two=True)
+        self.posterior_ = _fit(X, y, positive=self.classes_[1], **kwargs)
+        return self
+
+    def decision_function(self, X):
+        """Score of ``classes_[1]``: ``Phi^{-1}(predict_proba[:, 1])`` (see Notes); for methods
+        without a latent posterior (``"platt"``) the SVM's decision value.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        predictor = self.posterior_.predictor
+        if hasattr(predictor, "decision_function"):  # a score without a latent Gaussian (Platt)
+            return np.asarray(predictor.decision_function(X), dtype=np.float64)
+        p = np.asarray(self.posterior_.predict_proba(X), dtype=np.float64)
+        # Keep the score finite where p rounds to 0 or 1 (ties in p stay ties).
+        tiny, eps = np.finfo(np.float64).tiny, np.finfo(np.float64).epsneg
+        return ndtri(np.clip(p, tiny, 1.0 - eps))
+
+    def predict_proba(self, X):
+        """``[P(y = classes_[0] | x), P(y = classes_[1] | x)]`` under the fit's link.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, 2)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return _two_columns(np.asarray(self.posterior_.predict_proba(X), dtype=np.float64))
+
+
+class BayesianSVC(_FitClassifier):
     """Bayesian support vector machine classifier (binary), scikit-learn API.
 
     A thin estimator over :func:`ppl_bsvm.fit`: every model and inference method registered there
@@ -69,17 +176,17 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     method : str, default="svi"
         The inference engine (``"svi"`` S-BSVM, ``"vi"`` B-BSVM, ``"ecm"`` MAP, ``"gibbs"`` and
         ``"nuts"`` MCMC, or a baseline); see :func:`ppl_bsvm.list_methods`.
-    kernel : str or Kernel, default="rbf"
-        Covariance of the GP models (a string uses the median-heuristic lengthscale). Not used by
-        the linear model: there ``"rbf"`` (the default) and ``None`` are accepted and ignored,
-        any other value raises ``ValueError``.
-    seed : int, default=0
+    kernel : str, Kernel or None, default="rbf"
+        Covariance of the GP models (a string uses the median-heuristic lengthscale; ``None`` is
+        ``"rbf"``). Not used by the linear model: there ``"rbf"`` (the default) and ``None`` are
+        accepted and ignored, any other value raises ``ValueError``.
+    seed : int >= 0 or JAX key, default=0
         Seed of the engine's random numbers; the same seed gives the same fit.
     fit_intercept : bool, default=True
         Whether the linear model gets an intercept (a trailing column of ones, the engines'
         ``intercept`` option). Engines without an ``intercept`` option (the GP models, which have
         no bias term) ignore it.
-    options : dict, optional
+    options : dict or None, default=None
         Further engine options (``max_iter``, ``tol``, ``num_inducing``, ``num_samples``,
         ``link``, ...); an option the engine does not take raises ``ValueError`` at ``fit``.
 
@@ -123,8 +230,18 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
     >>> scores = cross_val_score(clf, X, y, cv=3)
     """
 
+    _parameter_constraints: dict = {
+        "model": [StrOptions(set(MODELS))],
+        "method": [str],  # the pair (model, method) is looked up in the engine registry
+        "kernel": [str, Kernel, None],
+        "seed": _SEED,
+        "fit_intercept": ["boolean"],
+        "options": [Mapping, None],  # the keys are checked against the engine's options
+    }
+
     def __init__(
         self,
+        *,
         model="gp",
         method="svi",
         kernel="rbf",
@@ -139,23 +256,18 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.options = options
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
+    def _validate_params(self):
+        # The registry first: its ValueError names the model or method that is wrong and lists
+        # the methods there are; then the declared constraints.
+        if isinstance(self.model, str) and self.model in MODELS and isinstance(self.method, str):
+            get_engine(self.model, self.method)
+        super()._validate_params()
 
     def _fit_arguments(self) -> dict:
-        """``fit``'s keyword arguments from the parameters; ``ValueError`` naming a bad one."""
-        engine = get_engine(self.model, self.method)  # names model / method when unknown
-        fit_intercept = boolean("fit_intercept", self.fit_intercept)
-        if self.options is None:
-            options = {}
-        elif isinstance(self.options, Mapping):
-            options = dict(self.options)
-        else:
-            raise ValueError(
-                f"options must be a dict of engine options or None, got {type(self.options).__name__}"
-            )
+        """``fit``'s keyword arguments from the (validated) parameters; ``ValueError`` naming an
+        engine option that does not fit."""
+        engine = get_engine(self.model, self.method)
+        options = dict(self.options or {})
         for key in options:
             if key in _RESERVED:
                 raise ValueError(
@@ -163,7 +275,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
                     f"{_RESERVED[key]} instead"
                 )
         if "intercept" in _engine_options(engine.fn):
-            options["intercept"] = fit_intercept
+            options["intercept"] = bool(self.fit_intercept)
         kwargs = {"model": self.model, "method": self.method, "seed": self.seed, **options}
         if engine.uses_kernel:
             kwargs["kernel"] = self.kernel
@@ -174,95 +286,31 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
             )
         return kwargs
 
-    def fit(self, X, y):
-        """Fit the Bayesian SVM to binary data; returns ``self``.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Finite inputs (converted to float64).
-        y : array-like of shape (n_samples,)
-            Exactly two distinct labels of any type (ints, bools, strings, ...).
-        """
-        kwargs = self._fit_arguments()
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        classes = np.unique(y)
-        if classes.size < 2:
-            raise ValueError(
-                f"y has only one class ({classes[0]!r}); binary classification needs two"
-            )
-        y_type = type_of_target(y, input_name="y", raise_unknown=True)
-        if y_type != "binary":
-            shown = classes[:6].tolist()
-            raise ValueError(
-                "Only binary classification is supported. The type of the target y is "
-                f"{y_type!r} with {classes.size} class(es) {shown}"
-                f"{' ...' if classes.size > 6 else ''}; {type(self).__name__} needs exactly two classes"
-            )
-        self.classes_ = classes
-        self.posterior_ = _fit(X, y, positive=self.classes_[1], **kwargs)
-        return self
-
-    def decision_function(self, X):
-        """Score of ``classes_[1]``: ``Phi^{-1}(predict_proba[:, 1])`` (see Notes); for methods
-        without a latent posterior (``"platt"``) the SVM's decision value.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        predictor = self.posterior_.predictor
-        if hasattr(predictor, "decision_function"):  # a score without a latent Gaussian (Platt)
-            return np.asarray(predictor.decision_function(X), dtype=np.float64)
-        p = np.asarray(self.posterior_.predict_proba(X), dtype=np.float64)
-        # Keep the score finite where p rounds to 0 or 1 (ties in p stay ties).
-        tiny, eps = np.finfo(np.float64).tiny, np.finfo(np.float64).epsneg
-        return ndtri(np.clip(p, tiny, 1.0 - eps))
-
-    def predict_proba(self, X):
-        """``[P(y = classes_[0] | x), P(y = classes_[1] | x)]`` under the fit's link.
-
-        Returns
-        -------
-        ndarray of shape (n_samples, 2)
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        p = np.asarray(self.posterior_.predict_proba(X), dtype=np.float64)
-        return np.stack([1.0 - p, p], axis=1)
-
-    def predict(self, X):
-        """``classes_[1]`` where :meth:`decision_function` is >= 0 (``predict_proba >= 1/2``), as
-        ``posterior_.predict`` does, else ``classes_[0]``."""
-        check_is_fitted(self)
-        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
-
-
-class BCSVMClassifier(BayesianSVC):
+class BCSVMClassifier(_FitClassifier):
     """Bayesian committee SVM (Schwaighofer & Tresp 2001), binary, scikit-learn API.
 
     The estimator form of ``ppl_bsvm.fit(X, y, method="bcsvm", ...)`` (:func:`bcsvm`): 2-norm
     soft-margin SVM modules of ``module_size`` points, their Laplace Gaussians combined by the
-    BCM (paper eqs. 4-5) over query sets of ``query_size`` test rows. Built on
-    :class:`ppl_bsvm.BayesianSVC` (validation, labels, ``posterior_``, pickling) with the
-    engine's options as parameters, so that ``GridSearchCV`` can tune them.
+    BCM (paper eqs. 4-5) over query sets of ``query_size`` test rows. It shares
+    :class:`ppl_bsvm.BayesianSVC`'s ``fit`` over :func:`ppl_bsvm.fit` (validation, labels,
+    ``posterior_``, pickling), with the engine's options as parameters, so that
+    ``GridSearchCV`` can tune them.
 
     Parameters
     ----------
-    kernel : str or Kernel, default="rbf"
-        Covariance function (a string uses the median-heuristic lengthscale).
+    kernel : str, Kernel or None, default="rbf"
+        Covariance function (a string uses the median-heuristic lengthscale; ``None`` is
+        ``"rbf"``).
     C : float, default=1.0
         2-norm soft-margin constant (paper eq. 6); the Laplace noise is ``I / C``.
-    module_size : int, default=200
+    module_size : int >= 2, default=200
         Target points per module (``ceil(n / module_size)`` modules; ``>= n`` is the 2-norm SVM).
     query_size : int, default=200
         Test rows combined jointly by the BCM.
     combine : {"bcm", "average"}, default="bcm"
         BCM weights or the plain average of the module outputs (paper Fig. 1).
-    seed : int, default=0
+    seed : int >= 0 or JAX key, default=0
         Seed of the random partition into modules.
     max_iter : int, default=100
         Newton iterations of the module SVMs.
@@ -313,10 +361,23 @@ class BCSVMClassifier(BayesianSVC):
     >>> proba = clf.predict_proba(X[:5])
     """
 
+    _parameter_constraints: dict = {
+        "kernel": [str, Kernel, None],
+        "C": [_POSITIVE],
+        "module_size": [Interval(Integral, 2, None, closed="left")],
+        "query_size": [_POSITIVE_INT],
+        "combine": [StrOptions(set(COMBINES))],
+        "seed": _SEED,
+        "max_iter": [_POSITIVE_INT],
+        "tol": [_NONNEGATIVE],
+        "jitter": [_NONNEGATIVE],
+        "link": [StrOptions(set(BASELINE_LINKS))],
+    }
+
     def __init__(
         self,
-        kernel="rbf",
         *,
+        kernel="rbf",
         C=1.0,
         module_size=200,
         query_size=200,
@@ -347,12 +408,12 @@ class BCSVMClassifier(BayesianSVC):
         y : array-like of shape (n_samples,)
             Exactly two distinct labels of any type.
         """
-        super().fit(X, y)
+        super().fit(X, y)  # validates the parameters (_fit_context)
         self.n_iter_ = self.posterior_.n_iter
         return self
 
     def _fit_arguments(self) -> dict:
-        # values are checked by the engine (a ValueError naming the option)
+        # the engine checks the values again (a ValueError naming the option)
         return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
                 **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
 
@@ -378,7 +439,19 @@ _RVM_DOC_PARAMS = """
 
 
 class _RVMBase(BaseEstimator):
-    def __init__(self, kernel="rbf", *, algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
+    """What the RVM estimators share: the parameters of the evidence maximisation, the kernel
+    basis and the fitted attributes."""
+
+    _parameter_constraints: dict = {
+        "kernel": [str, Kernel],
+        "algorithm": [StrOptions(set(ALGORITHMS))],
+        "bias": ["boolean"],
+        "max_iter": [_POSITIVE_INT],
+        "tol": [_POSITIVE],
+        "alpha_max": [_POSITIVE],
+    }
+
+    def __init__(self, *, kernel="rbf", algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
                  alpha_max=1e9):
         self.kernel = kernel
         self.algorithm = algorithm
@@ -388,8 +461,18 @@ class _RVMBase(BaseEstimator):
         self.alpha_max = alpha_max
 
     def _validate_options(self):
+        """The engine's option check (which also refuses a bool for a number) and the kernel."""
         _check_rvm_options(self.algorithm, self.max_iter, self.tol, self.alpha_max, self.bias)
         return get_kernel(self.kernel)
+
+    def _maximise_evidence(self, solver, kernel, X, t) -> RVMResult:
+        """Run ``solver`` (:func:`rvm_regression` or :func:`rvm_classification`) on the basis at
+        ``X`` and store the fitted attributes."""
+        params, Phi = _fit_basis(kernel, X, self.bias)
+        result = solver(Phi, t, algorithm=self.algorithm, max_iter=self.max_iter, tol=self.tol,
+                        alpha_max=self.alpha_max)
+        self._store(X, result, kernel, params)
+        return result
 
     def _store(self, X, result: RVMResult, kernel, params):
         N = X.shape[0]
@@ -421,14 +504,14 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     Sparse Bayesian kernel regression: ``t = sum_j w_j k(x, x_j) + b + noise``, each weight
     with its own prior precision ``alpha_j`` set by maximising the evidence; most ``alpha_j``
     diverge and the remaining training points are the relevance vectors. See
-    :mod:`ppl_bsvm.baselines.rvm` for the algorithms.
+    :mod:`ppl_bsvm.baselines.rvm_algorithms` for the algorithms.
 
     Parameters
     ----------{_RVM_DOC_PARAMS}
     augment : bool, default=False
-        Predictive variance of the augmented model (RVM*, module docstring): a basis function
-        at each test point, so the variance grows away from the data instead of shrinking.
-        Needs the training data at prediction time.
+        Predictive variance of the augmented model (RVM*, :mod:`ppl_bsvm.baselines.rvm_algorithms`):
+        a basis function at each test point, so the variance grows away from the data instead of
+        shrinking. Needs the training data at prediction time.
 
     Attributes
     ----------
@@ -460,30 +543,28 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     >>> from ppl_bsvm import RVMRegressor, kernels
     >>> x = np.linspace(-10, 10, 100)[:, None]
     >>> t = np.sinc(x[:, 0] / np.pi) + 0.1 * np.random.default_rng(0).standard_normal(100)
-    >>> rvm = RVMRegressor(kernels.RBF(lengthscale=2.0)).fit(x, t)
+    >>> rvm = RVMRegressor(kernel=kernels.RBF(lengthscale=2.0)).fit(x, t)
     >>> len(rvm.relevance_) < 15
     True
     >>> mean, std = rvm.predict(x[:3], return_std=True)
     """
 
-    def __init__(self, kernel="rbf", *, algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
+    _parameter_constraints: dict = {**_RVMBase._parameter_constraints, "augment": ["boolean"]}
+
+    def __init__(self, *, kernel="rbf", algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
                  alpha_max=1e9, augment=False):
-        super().__init__(kernel, algorithm=algorithm, bias=bias, max_iter=max_iter, tol=tol,
-                         alpha_max=alpha_max)
+        super().__init__(kernel=kernel, algorithm=algorithm, bias=bias, max_iter=max_iter,
+                         tol=tol, alpha_max=alpha_max)
         self.augment = augment
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Maximise the evidence over ``alpha`` and ``beta``; returns ``self``."""
         kernel = self._validate_options()
-        boolean("augment", self.augment)
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         if X.shape[0] < 2:
             raise ValueError(f"RVMRegressor needs at least 2 samples, got n_samples = {X.shape[0]}")
-        params, Phi = _fit_basis(kernel, X, self.bias)
-        result = rvm_regression(Phi, y, algorithm=self.algorithm, max_iter=self.max_iter,
-                                tol=self.tol, alpha_max=self.alpha_max)
-        self._store(X, result, kernel, params)
-        self.beta_ = result.beta
+        self.beta_ = self._maximise_evidence(rvm_regression, kernel, X, y).beta
         if self.augment:
             self._train = (X, y)
         return self
@@ -527,7 +608,7 @@ class RVMRegressor(RegressorMixin, _RVMBase):
         return mean + e * w_star, var + e**2 / c
 
 
-class RVMClassifier(ClassifierMixin, _RVMBase):
+class RVMClassifier(_BinaryClassifier, _RVMBase):
     __doc__ = f"""Relevance vector machine classification (Tipping 2001), binary.
 
     ``p(y = classes_[1] | x) = sigmoid(sum_j w_j k(x, x_j) + b)`` with a sparse prior as in
@@ -550,27 +631,16 @@ class RVMClassifier(ClassifierMixin, _RVMBase):
         As in :class:`RVMRegressor`.
     """
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
+    _parameter_constraints: dict = {**_RVMBase._parameter_constraints}
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit the sparse Bayesian logistic model; returns ``self``."""
         kernel = self._validate_options()
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        y_type = type_of_target(y, input_name="y", raise_unknown=True)
-        if y_type != "binary":
-            raise ValueError(
-                "Only binary classification is supported. The type of the target "
-                f"is {y_type}."
-            )
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
-        params, Phi = _fit_basis(kernel, X, self.bias)
-        result = rvm_classification(Phi, np.where(y_idx == 1, 1.0, -1.0), algorithm=self.algorithm,
-                                    max_iter=self.max_iter, tol=self.tol, alpha_max=self.alpha_max)
-        self._store(X, result, kernel, params)
+        # one class is fitted (and predicted), as scikit-learn's checks prefer
+        self.classes_, index = self._binary_targets(y, need_two=False)
+        self._maximise_evidence(rvm_classification, kernel, X, np.where(index == 1, 1.0, -1.0))
         return self
 
     def decision_function(self, X):
@@ -586,8 +656,4 @@ class RVMClassifier(ClassifierMixin, _RVMBase):
         _, mean, var = self._latent(X)
         with jax.enable_x64(True):
             p = np.asarray(logistic_gaussian(mean, var), dtype=np.float64)
-        return np.stack([1.0 - p, p], axis=1)
-
-    def predict(self, X):
-        check_is_fitted(self)
-        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+        return _two_columns(p)

@@ -1,5 +1,6 @@
 """ppl_bsvm.BayesianSVC: the scikit-learn API over ppl_bsvm.fit."""
 
+import inspect
 import pickle
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import check_param_validation, parametrize_with_checks
 
 import ppl_bsvm
 from ppl_bsvm import BayesianSVC
@@ -214,3 +215,19 @@ def test_a_method_without_latent_posterior_uses_its_score():
     np.testing.assert_array_equal(score, clf.posterior_.predictor.decision_function(X[150:]))
     np.testing.assert_array_equal(clf.predict(X[150:]), clf.classes_[(score >= 0).astype(int)])
     assert clf.predict_proba(X[150:]).shape == (len(y) - 150, 2)
+
+
+ESTIMATORS = ["BayesianSVC", "BCSVMClassifier", "RVMRegressor", "RVMClassifier"]
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_parameters_are_keyword_only_and_constrained(name):
+    """One style for every estimator (as scikit-learn's): keyword-only parameters, each with a
+    declared constraint that fit checks with an error naming it (InvalidParameterError)."""
+    cls = getattr(ppl_bsvm, name)
+    params = inspect.signature(cls).parameters
+    assert params and all(p.kind is p.KEYWORD_ONLY for p in params.values())
+    assert set(cls._parameter_constraints) == set(params)
+    with pytest.raises(TypeError, match="positional"):
+        cls("rbf")
+    check_param_validation(name, cls())

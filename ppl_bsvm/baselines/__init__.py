@@ -9,8 +9,9 @@ Importing this package registers, for the GP model (``ppl_bsvm.fit(X, y, method=
   under ``model="sparse_gp"``);
 - ``bcsvm``: the Bayesian committee SVM of Schwaighofer & Tresp (:mod:`.bcsvm`), whose
   estimator is ``ppl_bsvm.BCSVMClassifier``;
-- ``rvm``: the relevance vector machine classifier (:mod:`.rvm`), whose regression and
-  classification estimators are ``ppl_bsvm.RVMRegressor`` and ``ppl_bsvm.RVMClassifier``.
+- ``rvm``: the relevance vector machine classifier (:mod:`.rvm`; its evidence maximisers in
+  :mod:`.rvm_algorithms`), whose regression and classification estimators are
+  ``ppl_bsvm.RVMRegressor`` and ``ppl_bsvm.RVMClassifier``.
 
 The scikit-learn estimators live in :mod:`ppl_bsvm.estimators`, so that registering the engines
 imports neither scikit-learn nor SciPy's statistics (a second and a half of start-up).

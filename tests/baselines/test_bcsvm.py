@@ -181,7 +181,8 @@ def test_estimator_parameters_are_the_engine_options():
 def test_estimator_is_the_engine_and_pickles_exactly(problem):
     X, y, Xt, *_ = problem
     labels = np.where(y > 0, "yes", "no")
-    clf = ppl_bsvm.BCSVMClassifier(KERNEL, C=C, module_size=40, query_size=25, seed=4)
+    clf = ppl_bsvm.BCSVMClassifier(kernel=KERNEL, C=C, module_size=40, query_size=25,
+                                   seed=4)
     clf.fit(X, labels)
     fit = ppl_bsvm.fit(X, y, method="bcsvm", kernel=KERNEL, C=C, module_size=40, query_size=25,
                        seed=4)

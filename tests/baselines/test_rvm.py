@@ -7,7 +7,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import ppl_bsvm
 from ppl_bsvm import RVMClassifier, RVMRegressor, kernels
-from ppl_bsvm.baselines.rvm import design_matrix
+from ppl_bsvm.baselines.rvm_algorithms import design_matrix
 
 KERNEL = kernels.RBF(lengthscale=2.0)
 
@@ -23,7 +23,7 @@ def sinc():
 @pytest.fixture(scope="module", params=["fast", "reestimate"])
 def fitted(request, sinc):
     x, t = sinc
-    return RVMRegressor(KERNEL, algorithm=request.param).fit(x, t)
+    return RVMRegressor(kernel=KERNEL, algorithm=request.param).fit(x, t)
 
 
 def test_recovers_noisy_sinc_with_few_relevance_vectors(fitted, sinc):
@@ -76,8 +76,8 @@ def test_stationary_point_of_the_evidence(fitted, sinc):
 
 def test_predictive_variance_away_from_the_data(sinc):
     x, t = sinc
-    plain = RVMRegressor(KERNEL).fit(x, t)
-    healed = RVMRegressor(KERNEL, augment=True).fit(x, t)
+    plain = RVMRegressor(kernel=KERNEL).fit(x, t)
+    healed = RVMRegressor(kernel=KERNEL, augment=True).fit(x, t)
     inside, far = np.array([[0.0], [3.3]]), np.array([[25.0], [-40.0]])
     noise = 1 / plain.beta_
     # the RVM's own variance does not grow: far away it is the noise plus the bias weight's
@@ -96,7 +96,7 @@ def test_predictive_variance_away_from_the_data(sinc):
 
 def test_classifier_is_sparse_and_consistent(heart):
     X, y = heart
-    clf = RVMClassifier(kernels.RBF(lengthscale=4.0)).fit(X[:180], y[:180])
+    clf = RVMClassifier(kernel=kernels.RBF(lengthscale=4.0)).fit(X[:180], y[:180])
     assert clf.converged_ and len(clf.relevance_) < 20
     proba = clf.predict_proba(X[180:])
     assert np.array_equal(clf.predict(X[180:]), clf.classes_[(proba[:, 1] >= 0.5).astype(int)])
@@ -124,6 +124,22 @@ def test_bad_options_name_the_argument(sinc):
         RVMRegressor(augment="yes").fit(x, t)
     with pytest.raises(ValueError, match="max_iter"):
         RVMClassifier(max_iter=0).fit(x, t > 0)
+
+
+def test_a_fit_saved_before_the_algorithms_had_their_module_still_loads(heart, tmp_path):
+    """Saved fits name their state by ``module:qualname``: before ``rvm_algorithms`` existed the
+    RVM's state was ``ppl_bsvm.baselines.rvm:RVMResult``, which must still resolve."""
+    X, y = heart
+    fit = ppl_bsvm.fit(X[:60], y[:60], method="rvm", num_draws=10)
+    path = fit.save(tmp_path / "fit")
+    text = (path / "fit.json").read_text()
+    new = "ppl_bsvm.baselines.rvm_algorithms:RVMResult"
+    assert new in text
+    (path / "fit.json").write_text(text.replace(new, "ppl_bsvm.baselines.rvm:RVMResult"))
+    loaded = ppl_bsvm.load(path)
+    assert type(loaded.state) is type(fit.state)
+    np.testing.assert_array_equal(loaded.state.mean, fit.state.mean)
+    np.testing.assert_array_equal(loaded.predict_proba(X[60:90]), fit.predict_proba(X[60:90]))
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .api import MODELS, _engine_options, get_engine
+from .api import MODELS, get_engine
 from .api import fit as _fit
 from .baselines._common import BASELINE_LINKS, kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
@@ -274,7 +274,7 @@ class BayesianSVC(_FitClassifier):
                     f"options[{key!r}] is not allowed: use the estimator parameter "
                     f"{_RESERVED[key]} instead"
                 )
-        if "intercept" in _engine_options(engine.fn):
+        if "intercept" in engine.options.names():
             options["intercept"] = bool(self.fit_intercept)
         kwargs = {"model": self.model, "method": self.method, "seed": self.seed, **options}
         if engine.uses_kernel:

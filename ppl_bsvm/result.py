@@ -371,7 +371,9 @@ def load(path) -> Fit:
             stacklevel=2,
         )
     from ._serial import from_bytes
+    from .api import _load_engines
 
+    _load_engines()  # the engines' modules register the types a fit may hold
     fields = from_bytes((path / _FIELDS_FILE).read_bytes(), (path / _ARRAYS_FILE).read_bytes())
     names = {f.name for f in dataclasses.fields(Fit)} - {"idata"}
     if set(fields) != names:

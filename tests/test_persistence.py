@@ -300,3 +300,23 @@ def test_a_callable_option_is_saved_as_a_placeholder_and_asked_for_on_resume(sma
         warnings.simplefilter("ignore")
         resumed = ppl_bsvm.resume(loaded, X, y, max_iter=60, learning_rate=rate)
     _assert_same_fit(whole, resumed, Xt)
+
+
+def test_a_baseline_fit_loads_in_a_fresh_process(small, tmp_path):
+    """``load`` registers the library's types itself: a fresh interpreter that imports only
+    ``ppl_bsvm`` reads a saved baseline fit (its predictor class lives in ``baselines``)."""
+    import subprocess
+    import sys
+
+    X, y, Xt = small
+    fit = _fit(small, "gp", "bcsvm", {"module_size": 30, "query_size": 30})
+    fit.save(tmp_path / "fit")
+    np.save(tmp_path / "Xt.npy", Xt)
+    code = (
+        "import sys, numpy as np, ppl_bsvm\n"
+        "fit = ppl_bsvm.load(sys.argv[1])\n"
+        "np.save(sys.argv[2], fit.predict_proba(np.load(sys.argv[3])))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "fit"), str(tmp_path / "p.npy"),
+                    str(tmp_path / "Xt.npy")], check=True, capture_output=True, timeout=300)
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), fit.predict_proba(Xt))

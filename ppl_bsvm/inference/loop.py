@@ -46,7 +46,7 @@ import numpy as np
 
 from .. import _progress
 
-__all__ = ["SEGMENT", "RunResult", "run", "iterate", "relative_change"]
+__all__ = ["SEGMENT", "RunResult", "run", "iterate", "relative_change", "delta_below"]
 
 SEGMENT = 256
 """Most steps one call of the compiled loop runs before returning to Python."""
@@ -75,6 +75,12 @@ class RunResult(NamedTuple):
     n_iter: int
     stop_reason: str
     key: Any = None
+
+
+def delta_below(info, tol):
+    """The usual stopping rule: the step's ``info.delta`` (a relative change, or the stopping
+    statistic of a stochastic engine) is at most ``tol``; :func:`run`'s default."""
+    return info.delta <= tol
 
 
 def relative_change(new, old):
@@ -182,7 +188,7 @@ def iterate(
     *,
     max_iter: int,
     tol,
-    converged: Callable,
+    converged: Callable = delta_below,
     static=None,
     key=None,
     min_iter: int = 1,
@@ -209,7 +215,7 @@ def run(
     *,
     max_iter: int,
     tol: float,
-    converged: Callable,
+    converged: Callable = delta_below,
     static=None,
     key=None,
     min_iter: int = 1,
@@ -231,7 +237,7 @@ def run(
         Iteration cap (>= 1).
     tol : float
         Passed to ``converged``.
-    converged : callable
+    converged : callable, default=:func:`delta_below`
         ``(info, tol) -> bool`` (traced); stopping is checked after every step.
     static : hashable, optional
         ``step``'s first argument: the engine's static configuration (compiled in).

@@ -175,9 +175,6 @@ def step(static: Static, _key, state: BBSVMState, data: BBSVMData):
     return BBSVMState(alpha, params, opt, value), info
 
 
-def _converged(info: BBSVMInfo, tol):
-    return info.delta <= tol
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BBSVMOptions(Iteration, Temperature, Learn, HyperRate, Jitter, Draws, Link):
@@ -224,9 +221,9 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
     )
     params = kernel.init_params(problem.X)
     check_kernel_matrix(gram(kernel, params, X, jitter), kernel, jitter)
-    result = run(step, init(kernel, params, data), data, static=Static(kernel, hyper_lr if learn
-                                                                       else None),
-                 max_iter=options.max_iter, tol=options.tol, converged=_converged)
+    static = Static(kernel, hyper_lr if learn else None)
+    result = run(step, init(kernel, params, data), data, static=static, max_iter=options.max_iter,
+                 tol=options.tol)
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)
     alpha, value = _collapse(q, data, st.alpha)

@@ -196,9 +196,6 @@ def linear_step(_static, _key, state: ECMState, data: LinearData):
     return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))
 
 
-def _converged(info: ECMInfo, tol):
-    return info.delta <= tol
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _ECMOptions(Iteration, Temperature, Draws, Link):
@@ -247,8 +244,7 @@ def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> A
     t0 = time.perf_counter()
     setup = gp_setup(problem, kernel, options.jitter)
     data = GPData(setup.K, setup.y, jnp.asarray(options.gamma), jnp.asarray(options.eps))
-    result = run(gp_step, gp_init(data), data, max_iter=options.max_iter, tol=options.tol,
-                 converged=_converged)
+    result = run(gp_step, gp_init(data), data, max_iter=options.max_iter, tol=options.tol)
     lam = result.state.lam
     f_map, a, fac = _gp_cm_step(data, lam)
     f_var = gaussian.posterior_cov_diag(data.K, fac)
@@ -297,7 +293,7 @@ def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approxima
     data = LinearData(setup.Z, jnp.asarray(options.prior_scale), jnp.asarray(options.gamma),
                       eps=jnp.asarray(options.eps))
     result = run(linear_step, linear_init(data), data, max_iter=options.max_iter,
-                 tol=options.tol, converged=_converged)
+                 tol=options.tol)
     beta, chol_prec = _linear_cm_step(data, result.state.lam)
     p = beta.shape[0]
     # Covariance factor L^{-T} of prec = L L^T: draws beta + L^{-T} z have covariance prec^{-1}.

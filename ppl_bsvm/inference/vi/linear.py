@@ -206,9 +206,6 @@ def vi_step(_static, _key, state: LinearVIState, data: LinearData):
     return LinearVIState(mu, chol, alpha, log_s, value), info
 
 
-def _vi_converged(info: LinearInfo, tol):
-    return info.delta <= tol
-
 
 # --- stochastic VI ------------------------------------------------------------------------
 
@@ -365,8 +362,7 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
     setup = linear_setup(problem, options.intercept)
     data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters)
     state = vi_init(data)
-    result = run(vi_step, state, data, max_iter=options.max_iter, tol=options.tol,
-                 converged=_vi_converged)
+    result = run(vi_step, state, data, max_iter=options.max_iter, tol=options.tol)
     st = result.state
     elapsed = time.perf_counter() - t0
     trace = {
@@ -429,8 +425,7 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
         state, loop_key = svi_init(k_init, data, rate, batch_size)
     static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)
     result = run(svi_step_linear, state, data, static=static, key=loop_key,
-                 max_iter=options.max_iter, tol=options.tol, converged=_vi_converged,
-                 resume=previous)
+                 max_iter=options.max_iter, tol=options.tol, resume=previous)
     st = result.state
     mu, chol = gaussian_from_precision(st.eta1, st.prec)
     elapsed = time.perf_counter() - t0

@@ -363,9 +363,6 @@ def step(config: Config, key, state: SBSVMState, data: SBSVMData):
                             rec.exact)
 
 
-def _converged(info: SBSVMInfo, tol):
-    return info.delta <= tol
-
 
 MIN_ROWS_PER_DEVICE = 1024
 """Rows of a minibatch per device below which the default ``devices`` is one device (smaller
@@ -582,7 +579,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         _check_Kmm(kernel, params, Z, jitter)
         state, loop_key = init(k_init, params, Z, data, config)
     result = run(step, state, data, static=config, key=loop_key, max_iter=options.max_iter,
-                 tol=tol, converged=_converged, resume=previous)
+                 tol=tol, resume=previous)
     st = result.state
     q = _final_q(st, k_u, num_draws)
     post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)

@@ -89,7 +89,7 @@ def _converged_elbo(kernel, params, X, y):
     data = bbsvm.BBSVMData(jnp.asarray(X), jnp.asarray(y), jnp.asarray(1.0), jnp.asarray(1e-6))
     result = run(bbsvm.step, bbsvm.init(kernel, params, data), data,
                  static=bbsvm.Static(kernel), max_iter=500,
-                 tol=1e-12, converged=bbsvm._converged)
+                 tol=1e-12)
     return float(result.infos.elbo[-1])
 
 

@@ -1,4 +1,9 @@
-"""What the MCMC engines share: options, the timed ``MCMC`` driver, checks, ``Fit`` and predictions."""
+"""What the MCMC engines share: the timed chains, checks, convergence diagnostics, the
+:class:`~ppl_bsvm.engine.Approximation` and predictions.
+
+The options every sampler takes are the :class:`ppl_bsvm.engine.Sampler` piece of the engines'
+options classes, which validates them.
+"""
 
 from __future__ import annotations
 
@@ -9,73 +14,32 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from ..._checks import boolean, one_of, positive_int
+from ...engine import Approximation, Sampler
 from ...exceptions import ConvergenceWarning, DivergenceWarning
 from ..._idata import make_idata
 from ...data import Problem
-from ...predictive import MixturePredictor, check_link
-from ...result import Fit
+from ...predictive import MixturePredictor
 from .._common import GPSetup
 from ..latent import GPDraws, Latent, gp_draws, linear_draws
 from .driver import Draws, sample_chains
 
 __all__ = [
-    "CHAIN_METHODS",
     "ConvergenceWarning",
     "DivergenceWarning",
     "RHAT_LIMIT",
     "convergence_summary",
-    "MCMCConfig",
     "MCMCCheckpoint",
     "MCMCRun",
-    "check_config",
     "check_finite",
     "run_mcmc",
-    "mcmc_fit",
+    "mcmc_approximation",
     "thin_draws",
     "linear_predictor",
     "gp_predictor",
 ]
 
-CHAIN_METHODS = ("vectorized", "sequential", "parallel")
-
-
 RHAT_LIMIT = 1.01
-"""Largest acceptable R-hat (Vehtari et al. 2021); above it :func:`mcmc_fit` warns."""
-
-
-class MCMCConfig(NamedTuple):
-    """Validated sampler options shared by the Gibbs and NUTS engines."""
-
-    num_samples: int
-    num_warmup: int
-    num_chains: int
-    chain_method: str
-    thinning: int
-    max_predictive_draws: int
-    link: str
-
-
-def check_config(
-    num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-    *, store_lam=False,
-) -> MCMCConfig:
-    """Validate the common options (``ValueError`` naming the option)."""
-    boolean("store_lam", store_lam)
-    config = MCMCConfig(
-        positive_int("num_samples", num_samples),
-        positive_int("num_warmup", num_warmup, minimum=0),
-        positive_int("num_chains", num_chains),
-        one_of("chain_method", chain_method, CHAIN_METHODS),
-        positive_int("thinning", thinning),
-        positive_int("max_predictive_draws", max_predictive_draws),
-        check_link(link),
-    )
-    if config.num_samples // config.thinning < 1:
-        raise ValueError(
-            f"thinning={thinning} keeps no draw of num_samples={num_samples}; lower thinning"
-        )
-    return config
+"""Largest acceptable R-hat (Vehtari et al. 2021); above it :func:`mcmc_approximation` warns."""
 
 
 class MCMCCheckpoint(NamedTuple):
@@ -120,10 +84,11 @@ class MCMCRun(NamedTuple):
     checkpoint: MCMCCheckpoint
 
 
-def run_mcmc(config_key, build, key, inputs, config: MCMCConfig, *,
+def run_mcmc(config_key, build, key, inputs, config: Sampler, *,
              resume: MCMCCheckpoint | None = None, sampler: str = "the sampler") -> MCMCRun:
     """Run the chains of a sampler through :func:`driver.sample_chains` and time them.
 
+    ``config`` holds the engine's sampler options (:class:`ppl_bsvm.engine.Sampler`).
     ``build() -> ChainKernel`` makes the sampler (compiled once per ``config_key``, the
     sampler's static settings, and the shapes of ``inputs``); its ``collect`` returns
     ``{"z": {site: ...}, "extra": {field: ...}}``. Draws come back as numpy arrays
@@ -256,7 +221,7 @@ def convergence_summary(samples: dict) -> dict:
     }
 
 
-def warn_convergence(summary: dict, config: MCMCConfig) -> None:
+def warn_convergence(summary: dict, config: Sampler) -> None:
     if summary["rhat_max"] > RHAT_LIMIT:  # False for NaN (a single chain)
         warnings.warn(
             f"the chains have not converged: R-hat {summary['rhat_max']:.3f} > {RHAT_LIMIT} "
@@ -278,14 +243,14 @@ def thin_draws(draws, max_draws: int):
     return pooled[idx]
 
 
-def linear_predictor(beta_draws, intercept: bool, config: MCMCConfig, gamma: float):
+def linear_predictor(beta_draws, intercept: bool, config: Sampler, gamma: float):
     """``f* = x*^T beta_s`` for each kept draw ``s`` (no variance given the draw)."""
     betas = np.asarray(thin_draws(beta_draws, config.max_predictive_draws))
     return MixturePredictor(Latent(linear_draws, bool(intercept), betas), link=config.link,
                             gamma=gamma)
 
 
-def gp_predictor(kernel, setup: GPSetup, f_draws, config: MCMCConfig, gamma: float):
+def gp_predictor(kernel, setup: GPSetup, f_draws, config: Sampler, gamma: float):
     r"""``f* | f_s ~ N(k*^T K^{-1} f_s, k** - k*^T K^{-1} k*)`` for each kept draw ``f_s``.
 
     ``K`` is the sampler's (jitter included); ``K^{-1} f_s`` is solved once at fit time.
@@ -297,9 +262,9 @@ def gp_predictor(kernel, setup: GPSetup, f_draws, config: MCMCConfig, gamma: flo
     return MixturePredictor(Latent(gp_draws, kernel, arrays), link=config.link, gamma=gamma)
 
 
-def mcmc_fit(
+def mcmc_approximation(
     run: MCMCRun,
-    config: MCMCConfig,
+    config: Sampler,
     *,
     method: str,
     model: str,
@@ -309,14 +274,15 @@ def mcmc_fit(
     coords: dict | None = None,
     dims: dict | None = None,
     options: dict | None = None,
-    kernel=None,
     kernel_params=None,
     jitter=None,
-) -> Fit:
-    """The ``Fit`` of a sampler: posterior draws, sample stats, predictor, timings.
+) -> Approximation:
+    """The :class:`~ppl_bsvm.engine.Approximation` of a sampler: posterior draws, sample
+    stats, predictor, timings, and the checkpoint a resumed run continues.
 
     Warns (:class:`ConvergenceWarning`) when the largest R-hat exceeds :data:`RHAT_LIMIT`;
-    the largest R-hat and smallest bulk ESS are stored in ``idata.attrs``.
+    the largest R-hat and smallest bulk ESS are stored in ``idata.attrs``. ``options``: the
+    values resolved from the data that go into ``Fit.options``.
     """
     diagnostics = convergence_summary(run.samples)
     warn_convergence(diagnostics, config)
@@ -340,21 +306,18 @@ def mcmc_fit(
             "ess_bulk_min": diagnostics["ess_bulk_min"],
         },
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method=method,
-        model=model,
         predictor=predictor,
-        timings=dict(run.timings),
         trace={k: np.asarray(v) for k, v in sample_stats.items()},
         stop_reason="draws",
         n_iter=config.num_warmup + config.num_samples,
-        kernel=kernel,
+        timings=dict(run.timings),
         kernel_params=kernel_params,
         jitter=jitter,
-        options=dict(options or {}),
         state=run.checkpoint.last_state,
         checkpoint=run.checkpoint,
+        options=dict(options or {}),
     )
 
 

@@ -36,29 +36,30 @@ gradients, and exact conditional draws that the tests check one by one.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
 from ... import models
-from ..._checks import positive_float
+from ..._checks import boolean, open_interval
 from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
-from ...kernels import DEFAULT_JITTER, Kernel
-from ...predictive import DEFAULT_LINK
+from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
+from ...kernels import Kernel
 from ...result import Fit
 from .._common import gp_setup, linear_setup
 from ._common import (
-    check_config,
     gp_predictor,
     linear_predictor,
-    mcmc_fit,
+    mcmc_approximation,
     run_mcmc,
 )
 from .driver import ChainKernel
 from .gibbs_kernel import (
     _SUPPORTED,
-    BSVMGibbs,
     GibbsSettings,
     _check_directions,
     _resolve_for,
@@ -71,9 +72,45 @@ from .gibbs_kernel import (
 # defined here before the sampler was split, so the names stay for fits saved then.
 from .sweep import GibbsState, LineMoves  # noqa: F401  isort: skip
 
-__all__ = ["gibbs_linear", "gibbs_gp"]
+__all__ = [
+    "GibbsOptions",
+    "GibbsLinearOptions",
+    "GibbsGPOptions",
+    "gibbs_linear",
+    "gibbs_gp",
+]
 
 _GIBBS_FIELDS = ("lp", "scale", "scale_trials", "n_floored", "line_trials", "line_failed")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GibbsOptions(Sampler, Temperature):
+    """What both Gibbs engines take besides the sampler's and the likelihood's options: the
+    scale step, Adler's overrelaxation and the line moves' ``directions``, checked as
+    :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` checks them (``directions`` against the
+    dimension of the sampled vector is checked by the engine, which knows it)."""
+
+    scale_step: bool = True
+    overrelax: float = 0.0
+    directions: Any = None
+
+    def _check(self):
+        self._set("scale_step", boolean("scale_step", self.scale_step))
+        self._set("overrelax", open_interval("overrelax", self.overrelax, -1.0, 1.0))
+        if self.directions is not None:
+            self._set("directions", _check_directions(self.directions))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GibbsLinearOptions(GibbsOptions, LinearPrior):
+    """Options of :func:`gibbs_linear`."""
+
+    directions: Any = "all"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GibbsGPOptions(GibbsOptions, Jitter):
+    """Options of :func:`gibbs_gp`."""
 
 
 def _gibbs_stats(extra: dict) -> dict:
@@ -104,49 +141,33 @@ def _chain_kernel(model, kernel, settings: GibbsSettings, directions, fields) ->
     return ChainKernel(prepare, init, step, collect)
 
 
-def _run_gibbs(model, inputs, kernel, *, key, config, scale_step, overrelax, directions,
-               store_lam, resume, dim):
-    """Validate the sampler options, run the chains, return the ``MCMCRun``."""
-    BSVMGibbs(model, scale_step=scale_step, overrelax=overrelax,
-              directions=directions)  # validates the options
-    directions = _resolve_for(None if directions is None else _check_directions(directions),
-                              model is models.linear_bsvm, dim)
-    settings = gibbs_settings(scale_step, overrelax, directions, config.num_warmup)
-    fields = _GIBBS_FIELDS + (("lam",) if store_lam else ())
+def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim):
+    """Run the chains (``directions`` checked against the dimension ``dim`` of the sampled
+    vector), return the ``MCMCRun``."""
+    directions = _resolve_for(options.directions, model is models.linear_bsvm, dim)
+    settings = gibbs_settings(options.scale_step, options.overrelax, directions,
+                              options.num_warmup)
+    fields = _GIBBS_FIELDS + (("lam",) if options.store_lam else ())
     fixed = not isinstance(directions, int)
     inputs = {**inputs, "V": jnp.asarray(directions) if fixed else None}
     static = ("gibbs", model, kernel, settings, None if fixed else directions, fields)
     run = run_mcmc(
         static, lambda: _chain_kernel(model, kernel, settings, directions, fields), key, inputs,
-        config, resume=None if resume is None else resume.checkpoint, sampler="gibbs",
+        options, resume=None if resume is None else resume.checkpoint, sampler="gibbs",
     )
-    if store_lam:
+    if options.store_lam:
         run.samples["lam"] = run.extra["lam"]
     return run
 
 
-@register("gibbs", ("linear",), uses_kernel=False, budget="num_samples")
-def gibbs_linear(
-    problem: Problem,
-    *,
-    key,
-    prior_scale: float = 1.0,
-    intercept: bool = True,
-    gamma: float = 1.0,
-    scale_step: bool = True,
-    overrelax: float = 0.0,
-    directions="all",
-    num_samples: int = 1000,
-    num_warmup: int = 1000,
-    num_chains: int = 4,
-    chain_method: str = "vectorized",
-    thinning: int = 1,
-    store_lam: bool = False,
-    max_predictive_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("gibbs", ("linear",), options=GibbsLinearOptions, uses_kernel=False,
+          budget="num_samples")
+def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
+                 resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Polson & Scott 2011) for the linear Bayesian SVM.
+
+    The options are a :class:`GibbsLinearOptions`, which validates them (``directions``
+    against the number of coefficients is checked here).
 
     Parameters
     ----------
@@ -179,49 +200,27 @@ def gibbs_linear(
     resume : Fit, optional
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
-    config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-        store_lam=store_lam,
-    )
-    gamma = positive_float("gamma", gamma)
-    prior_scale = positive_float("prior_scale", prior_scale)
-    setup = linear_setup(problem, intercept)
-    inputs = {"X": setup.Xd, "y": setup.y, "prior_scale": prior_scale, "gamma": gamma}
-    run = _run_gibbs(
-        models.linear_bsvm, inputs, None, key=key, config=config, scale_step=scale_step,
-        overrelax=overrelax, directions=directions, store_lam=store_lam, resume=resume,
-        dim=setup.Xd.shape[1],
-    )
-    return mcmc_fit(
-        run, config, method="gibbs", model="linear", problem=problem,
+    setup = linear_setup(problem, options.intercept)
+    inputs = {"X": setup.Xd, "y": setup.y, "prior_scale": options.prior_scale,
+              "gamma": options.gamma}
+    run = _run_gibbs(models.linear_bsvm, inputs, None, key=key, options=options, resume=resume,
+                     dim=setup.Xd.shape[1])
+    return mcmc_approximation(
+        run, options, method="gibbs", model="linear", problem=problem,
         sample_stats=_gibbs_stats(run.extra), coords={"feature": setup.features},
-        predictor=linear_predictor(run.samples["beta"], intercept, config, gamma),
-        options={"gamma": gamma, "prior_scale": prior_scale, "overrelax": overrelax},
+        predictor=linear_predictor(run.samples["beta"], options.intercept, options,
+                                   options.gamma),
     )
 
 
-@register("gibbs", ("gp",), budget="num_samples", memory=dense_bytes(4))
-def gibbs_gp(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    gamma: float = 1.0,
-    jitter: float = DEFAULT_JITTER,
-    scale_step: bool = True,
-    overrelax: float = 0.0,
-    directions=None,
-    num_samples: int = 1000,
-    num_warmup: int = 1000,
-    num_chains: int = 4,
-    chain_method: str = "vectorized",
-    thinning: int = 1,
-    store_lam: bool = False,
-    max_predictive_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("gibbs", ("gp",), options=GibbsGPOptions, budget="num_samples",
+          memory=dense_bytes(4))
+def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
+             resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Henao et al. 2014) for the GP Bayesian SVM, fixed hyperparameters.
+
+    The options are a :class:`GibbsGPOptions`, which validates them (``directions`` against
+    ``n`` is checked here).
 
     Parameters
     ----------
@@ -242,12 +241,7 @@ def gibbs_gp(
     max_predictive_draws, link, resume
         As for the linear model.
     """
-    config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-        store_lam=store_lam,
-    )
-    gamma = positive_float("gamma", gamma)
-    setup = gp_setup(problem, kernel, jitter)
+    setup = gp_setup(problem, kernel, options.jitter)
     try:  # the sweep factorises K itself (gp_setup accepts a singular K)
         np.linalg.cholesky(np.asarray(setup.K))
     except np.linalg.LinAlgError:
@@ -255,17 +249,13 @@ def gibbs_gp(
             f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
             "positive definite; increase jitter or check the kernel parameters"
         ) from None
-    inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": gamma,
+    inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": options.gamma,
               "jitter": setup.jitter}
-    run = _run_gibbs(
-        models.gp_bsvm, inputs, kernel, key=key, config=config, scale_step=scale_step,
-        overrelax=overrelax, directions=directions, store_lam=store_lam, resume=resume,
-        dim=problem.n,
-    )
-    return mcmc_fit(
-        run, config, method="gibbs", model="gp", problem=problem,
+    run = _run_gibbs(models.gp_bsvm, inputs, kernel, key=key, options=options, resume=resume,
+                     dim=problem.n)
+    return mcmc_approximation(
+        run, options, method="gibbs", model="gp", problem=problem,
         sample_stats=_gibbs_stats(run.extra),
-        predictor=gp_predictor(kernel, setup, run.samples["f"], config, gamma),
-        options={"gamma": gamma, "overrelax": overrelax},
-        kernel=kernel, kernel_params=setup.params, jitter=setup.jitter,
+        predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma),
+        kernel_params=setup.params, jitter=setup.jitter,
     )

@@ -13,7 +13,9 @@ Unlike the Gibbs sampler, NUTS can also sample kernel hyperparameters (``hyperpr
 
 from __future__ import annotations
 
+import dataclasses
 from operator import attrgetter
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,24 +28,33 @@ from ..._checks import boolean, positive_float, positive_int
 from ..._memory import dense_bytes
 from ...api import register
 from ...data import Problem
-from ...kernels import DEFAULT_JITTER, Kernel
-from ...predictive import DEFAULT_LINK, MixturePredictor
+from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
+from ...kernels import Kernel
+from ...predictive import MixturePredictor
 from ...result import Fit
 from .._common import gp_setup, linear_setup
 from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior
 from ..latent import GPHyperDraws, Latent, SparseDraws, gp_hyper_draws, sparse_draws
 from ._common import (
-    check_config,
     gp_predictor,
     linear_predictor,
-    mcmc_fit,
+    mcmc_approximation,
     run_mcmc,
     thin_draws,
     warn_divergences,
 )
 from .driver import ChainKernel, rebuild, split_static
 
-__all__ = ["NUTS_FIELDS", "nuts_kernel", "nuts_sample_stats", "default_hyperpriors"]
+__all__ = [
+    "NUTS_FIELDS",
+    "NUTSOptions",
+    "NUTSLinearOptions",
+    "NUTSGPOptions",
+    "NUTSSparseGPOptions",
+    "nuts_kernel",
+    "nuts_sample_stats",
+    "default_hyperpriors",
+]
 
 NUTS_FIELDS = (
     "diverging",
@@ -56,17 +67,21 @@ NUTS_FIELDS = (
 """Sampler fields collected after warmup (NumPyro names)."""
 
 
-def nuts_kernel(model, *, target_accept_prob=0.8, max_tree_depth=10, dense_mass=False) -> NUTS:
-    """A NumPyro ``NUTS`` kernel for one of the :mod:`ppl_bsvm.models`, options validated."""
+def _check_nuts_settings(target_accept_prob, max_tree_depth, dense_mass) -> dict:
+    """NUTS's own settings, validated (``ValueError`` naming the option) and normalised."""
     target = positive_float("target_accept_prob", target_accept_prob)
     if not 0.0 < target < 1.0:
         raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
-    return NUTS(
-        model,
-        target_accept_prob=target,
-        max_tree_depth=positive_int("max_tree_depth", max_tree_depth),
-        dense_mass=boolean("dense_mass", dense_mass),
-    )
+    return {
+        "target_accept_prob": target,
+        "max_tree_depth": positive_int("max_tree_depth", max_tree_depth),
+        "dense_mass": boolean("dense_mass", dense_mass),
+    }
+
+
+def nuts_kernel(model, *, target_accept_prob=0.8, max_tree_depth=10, dense_mass=False) -> NUTS:
+    """A NumPyro ``NUTS`` kernel for one of the :mod:`ppl_bsvm.models`, options validated."""
+    return NUTS(model, **_check_nuts_settings(target_accept_prob, max_tree_depth, dense_mass))
 
 
 def nuts_sample_stats(extra: dict, max_tree_depth: int) -> dict:
@@ -101,20 +116,30 @@ def default_hyperpriors(kernel: Kernel, params) -> dict:
     return out
 
 
-def _resolve_hyperpriors(hyperpriors, kernel, params):
+def _check_hyperpriors(hyperpriors) -> None:
+    """``hyperpriors`` is None, ``"default"`` or a dict name -> numpyro ``Distribution`` (its
+    names are checked against the kernel's by :func:`_resolve_hyperpriors`)."""
     if hyperpriors is None:
-        return None
+        return
     if isinstance(hyperpriors, str):
         if hyperpriors != "default":
             raise ValueError(
                 f"hyperpriors must be None, 'default' or a dict name -> Distribution, "
                 f"got {hyperpriors!r}"
             )
-        return default_hyperpriors(kernel, params)
+        return
     if not isinstance(hyperpriors, dict) or not all(
         isinstance(v, dist.Distribution) for v in hyperpriors.values()
     ):
         raise ValueError("hyperpriors must be None, 'default' or a dict name -> numpyro Distribution")
+
+
+def _resolve_hyperpriors(hyperpriors, kernel, params):
+    """The priors of checked ``hyperpriors`` (:func:`_check_hyperpriors`) for ``kernel``."""
+    if hyperpriors is None:
+        return None
+    if isinstance(hyperpriors, str):
+        return default_hyperpriors(kernel, params)
     valid = models.hyperparameter_names(kernel, params)
     unknown = sorted(set(hyperpriors) - set(valid))
     if unknown:
@@ -163,20 +188,78 @@ def _check_start(state, inputs) -> None:
         )
 
 
-def _nuts_run(model, problem_args, model_kwargs, config, key, nuts_options, store_lam, hint,
-              resume=None):
-    nuts_kernel(model, **nuts_options)  # validates the options
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NUTSOptions(Sampler, Temperature):
+    """What every NUTS engine takes besides the sampler's and the likelihood's options: the
+    ``augmented`` model (``store_lam`` needs it) and NUTS's own settings."""
+
+    augmented: bool = False
+    target_accept_prob: float = 0.8
+    max_tree_depth: int = 10
+    dense_mass: bool = False
+
+    def _check(self):
+        self._set("augmented", boolean("augmented", self.augmented))
+        if self.store_lam and not self.augmented:
+            raise ValueError("store_lam=True needs augmented=True (the marginal model has no lam)")
+        settings = _check_nuts_settings(self.target_accept_prob, self.max_tree_depth,
+                                        self.dense_mass)
+        for name, value in settings.items():
+            self._set(name, value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NUTSLinearOptions(NUTSOptions, LinearPrior):
+    """Options of :func:`nuts_linear`."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NUTSGPOptions(NUTSOptions, Jitter):
+    """Options of :func:`nuts_gp`: ``hyperpriors`` too (its names are checked against the
+    kernel's by the engine)."""
+
+    hyperpriors: Any = None
+
+    def _check(self):
+        _check_hyperpriors(self.hyperpriors)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NUTSSparseGPOptions(NUTSOptions, Jitter):
+    """Options of :func:`nuts_sparse_gp`: the inducing points too (an array of them is checked
+    against the data by the engine)."""
+
+    num_inducing: int = 64
+    inducing: Any = "kmeans"
+
+    def _check(self):
+        self._set("num_inducing", positive_int("num_inducing", self.num_inducing))
+        if isinstance(self.inducing, str) and self.inducing not in INDUCING_METHODS:
+            raise ValueError(
+                f"inducing must be one of {list(INDUCING_METHODS)} or an array (m, d), "
+                f"got {self.inducing!r}"
+            )
+
+
+def _nuts_settings(options: NUTSOptions) -> dict:
+    return {name: getattr(options, name)
+            for name in ("target_accept_prob", "max_tree_depth", "dense_mass")}
+
+
+def _nuts_run(model, problem_args, model_kwargs, options: NUTSOptions, key, resume=None):
+    nuts_options = _nuts_settings(options)
     static, inputs = split_static((tuple(problem_args), dict(model_kwargs)))
-    options = tuple(sorted(nuts_options.items()))
     run = run_mcmc(
-        ("nuts", model, static, options), lambda: _chain_kernel(model, static, nuts_options,
-                                                               config.num_warmup),
-        key, inputs, config, resume=None if resume is None else resume.checkpoint, sampler="nuts",
+        ("nuts", model, static, tuple(sorted(nuts_options.items()))),
+        lambda: _chain_kernel(model, static, nuts_options, options.num_warmup),
+        key, inputs, options, resume=None if resume is None else resume.checkpoint,
+        sampler="nuts",
     )
-    stats = nuts_sample_stats(run.extra, nuts_options["max_tree_depth"])
-    warn_divergences(stats["diverging"], nuts_options["target_accept_prob"], hint)
+    stats = nuts_sample_stats(run.extra, options.max_tree_depth)
+    warn_divergences(stats["diverging"], options.target_accept_prob,
+                     _augmented_hint(options.augmented))
     samples = {k: v for k, v in run.samples.items() if not k.endswith("_whitened")}
-    if not store_lam:
+    if not options.store_lam:
         samples.pop("lam", None)
     return run._replace(samples=samples), stats
 
@@ -185,37 +268,13 @@ def _augmented_hint(augmented):
     return "; the augmented model diverges by construction, use augmented=False" if augmented else ""
 
 
-def _check_nuts(augmented, store_lam, gamma):
-    boolean("augmented", augmented)
-    boolean("store_lam", store_lam)
-    if store_lam and not augmented:
-        raise ValueError("store_lam=True needs augmented=True (the marginal model has no lam)")
-    return positive_float("gamma", gamma)
-
-
-@register("nuts", ("linear",), uses_kernel=False, budget="num_samples")
-def nuts_linear(
-    problem: Problem,
-    *,
-    key,
-    prior_scale: float = 1.0,
-    intercept: bool = True,
-    gamma: float = 1.0,
-    augmented: bool = False,
-    num_samples: int = 1000,
-    num_warmup: int = 1000,
-    num_chains: int = 4,
-    chain_method: str = "vectorized",
-    thinning: int = 1,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    store_lam: bool = False,
-    max_predictive_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("nuts", ("linear",), options=NUTSLinearOptions, uses_kernel=False,
+          budget="num_samples")
+def nuts_linear(problem: Problem, options: NUTSLinearOptions, *, key,
+                resume: Fit | None = None) -> Approximation:
     """NUTS on the linear Bayesian SVM (marginal model by default).
+
+    The options are a :class:`NUTSLinearOptions`, which validates them.
 
     Parameters
     ----------
@@ -240,24 +299,16 @@ def nuts_linear(
     resume : Fit, optional
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
-    config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-    )
-    gamma = _check_nuts(augmented, store_lam, gamma)
-    prior_scale = positive_float("prior_scale", prior_scale)
-    setup = linear_setup(problem, intercept)
-    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
-                    "dense_mass": dense_mass}
-    run, stats = _nuts_run(
-        models.linear_bsvm, (setup.Xd, setup.y),
-        {"prior_scale": prior_scale, "augmented": augmented, "gamma": gamma},
-        config, key, nuts_options, store_lam, _augmented_hint(augmented), resume,
-    )
-    return mcmc_fit(
-        run, config, method="nuts", model="linear", problem=problem, sample_stats=stats,
+    setup = linear_setup(problem, options.intercept)
+    model_kwargs = {"prior_scale": options.prior_scale, "augmented": options.augmented,
+                    "gamma": options.gamma}
+    run, stats = _nuts_run(models.linear_bsvm, (setup.Xd, setup.y), model_kwargs, options, key,
+                           resume)
+    return mcmc_approximation(
+        run, options, method="nuts", model="linear", problem=problem, sample_stats=stats,
         coords={"feature": setup.features},
-        predictor=linear_predictor(run.samples["beta"], intercept, config, gamma),
-        options={"gamma": gamma, "prior_scale": prior_scale},
+        predictor=linear_predictor(run.samples["beta"], options.intercept, options,
+                                   options.gamma),
     )
 
 
@@ -278,30 +329,14 @@ def _posterior_kernel_params(kernel, params, samples, names):
     return models.kernel_params_with(kernel, params, medians)
 
 
-@register("nuts", ("gp",), budget="num_samples", memory=dense_bytes(3))
-def nuts_gp(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    gamma: float = 1.0,
-    augmented: bool = False,
-    jitter: float = DEFAULT_JITTER,
-    hyperpriors=None,
-    num_samples: int = 1000,
-    num_warmup: int = 1000,
-    num_chains: int = 4,
-    chain_method: str = "vectorized",
-    thinning: int = 1,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    store_lam: bool = False,
-    max_predictive_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("nuts", ("gp",), options=NUTSGPOptions, budget="num_samples",
+          memory=dense_bytes(3))
+def nuts_gp(problem: Problem, options: NUTSGPOptions, *, key, kernel: Kernel,
+            resume: Fit | None = None) -> Approximation:
     """NUTS on the GP Bayesian SVM (non-centred f = L v), optionally sampling hyperparameters.
+
+    The options are a :class:`NUTSGPOptions`, which validates them (the names in
+    ``hyperpriors`` against the kernel's are checked here).
 
     Parameters
     ----------
@@ -317,34 +352,25 @@ def nuts_gp(
     max_tree_depth, dense_mass, store_lam, max_predictive_draws, link, resume
         As for the linear model.
     """
-    config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-    )
-    gamma = _check_nuts(augmented, store_lam, gamma)
-    setup = gp_setup(problem, kernel, jitter)
-    priors = _resolve_hyperpriors(hyperpriors, kernel, setup.params)
-    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
-                    "dense_mass": dense_mass}
-    model_kwargs = {"kernel": kernel, "params": setup.params, "augmented": augmented,
-                    "gamma": gamma, "jitter": setup.jitter, "hyperpriors": priors}
-    run, stats = _nuts_run(
-        models.gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
-        store_lam, _augmented_hint(augmented), resume,
-    )
+    setup = gp_setup(problem, kernel, options.jitter)
+    priors = _resolve_hyperpriors(options.hyperpriors, kernel, setup.params)
+    model_kwargs = {"kernel": kernel, "params": setup.params, "augmented": options.augmented,
+                    "gamma": options.gamma, "jitter": setup.jitter, "hyperpriors": priors}
+    run, stats = _nuts_run(models.gp_bsvm, (setup.X, setup.y), model_kwargs, options, key,
+                           resume)
     if priors:
         names = list(priors)
         predictor = _hyper_gp_predictor(
             kernel, setup.X, setup.jitter, setup.params,
-            {k: run.samples[k] for k in ("f", *names)}, config, gamma,
+            {k: run.samples[k] for k in ("f", *names)}, options, options.gamma,
         )
         kernel_params = _posterior_kernel_params(kernel, setup.params, run.samples, names)
     else:
-        predictor = gp_predictor(kernel, setup, run.samples["f"], config, gamma)
+        predictor = gp_predictor(kernel, setup, run.samples["f"], options, options.gamma)
         kernel_params = setup.params
-    return mcmc_fit(
-        run, config, method="nuts", model="gp", problem=problem, sample_stats=stats,
-        predictor=predictor, options={"gamma": gamma}, kernel=kernel,
-        kernel_params=kernel_params, jitter=setup.jitter,
+    return mcmc_approximation(
+        run, options, method="nuts", model="gp", problem=problem, sample_stats=stats,
+        predictor=predictor, kernel_params=kernel_params, jitter=setup.jitter,
     )
 
 
@@ -356,12 +382,8 @@ def _sparse_predictor(kernel, params, prior, u_draws, config, gamma):
 
 
 def _inducing_locations(problem, inducing, num_inducing, key):
+    """The inducing points: chosen by the method ``inducing`` names, or the array given."""
     if isinstance(inducing, str):
-        if inducing not in INDUCING_METHODS:
-            raise ValueError(
-                f"inducing must be one of {list(INDUCING_METHODS)} or an array (m, d), "
-                f"got {inducing!r}"
-            )
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
         return choose_inducing(problem.X, num_inducing, inducing, seed=seed)
     Z = np.asarray(inducing, dtype=np.float64)
@@ -372,34 +394,16 @@ def _inducing_locations(problem, inducing, num_inducing, key):
     return Z
 
 
-@register("nuts", ("sparse_gp",), budget="num_samples")
-def nuts_sparse_gp(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    num_inducing: int = 64,
-    inducing="kmeans",
-    gamma: float = 1.0,
-    augmented: bool = False,
-    jitter: float = DEFAULT_JITTER,
-    num_samples: int = 1000,
-    num_warmup: int = 1000,
-    num_chains: int = 4,
-    chain_method: str = "vectorized",
-    thinning: int = 1,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    store_lam: bool = False,
-    max_predictive_draws: int = 1000,
-    link: str = DEFAULT_LINK,
-    resume: Fit | None = None,
-) -> Fit:
+@register("nuts", ("sparse_gp",), options=NUTSSparseGPOptions, budget="num_samples")
+def nuts_sparse_gp(problem: Problem, options: NUTSSparseGPOptions, *, key, kernel: Kernel,
+                   resume: Fit | None = None) -> Approximation:
     """NUTS on the sparse GP Bayesian SVM (inducing values u, f integrated out exactly).
 
     The ground truth for the sparse model itself (``ppl_bsvm.models.sparse_gp_bsvm``), i.e.
     for S-BSVM at the same inducing points and hyperparameters.
+
+    The options are a :class:`NUTSSparseGPOptions`, which validates them (an ``inducing``
+    array against the data's dimension is checked here).
 
     Parameters
     ----------
@@ -414,26 +418,19 @@ def nuts_sparse_gp(
     max_tree_depth, dense_mass, store_lam, max_predictive_draws, link, resume
         As for the linear model.
     """
-    config = check_config(
-        num_samples, num_warmup, num_chains, chain_method, thinning, max_predictive_draws, link,
-    )
-    gamma = _check_nuts(augmented, store_lam, gamma)
     k_inducing, key = jax.random.split(key)
-    Z = _inducing_locations(problem, inducing, positive_int("num_inducing", num_inducing), k_inducing)
-    setup = gp_setup(problem, kernel, jitter)
+    Z = _inducing_locations(problem, options.inducing, options.num_inducing, k_inducing)
+    setup = gp_setup(problem, kernel, options.jitter)
     Zj = jnp.asarray(Z)
     prior = inducing_prior(kernel, setup.params, Zj, setup.jitter)
-    nuts_options = {"target_accept_prob": target_accept_prob, "max_tree_depth": max_tree_depth,
-                    "dense_mass": dense_mass}
     model_kwargs = {"kernel": kernel, "inducing": Zj, "params": setup.params,
-                    "augmented": augmented, "gamma": gamma, "jitter": setup.jitter}
-    run, stats = _nuts_run(
-        models.sparse_gp_bsvm, (setup.X, setup.y), model_kwargs, config, key, nuts_options,
-        store_lam, _augmented_hint(augmented), resume,
-    )
-    return mcmc_fit(
-        run, config, method="nuts", model="sparse_gp", problem=problem, sample_stats=stats,
-        predictor=_sparse_predictor(kernel, setup.params, prior, run.samples["u"], config, gamma),
-        options={"gamma": gamma, "inducing_points": Z}, kernel=kernel,
-        kernel_params=setup.params, jitter=setup.jitter,
+                    "augmented": options.augmented, "gamma": options.gamma,
+                    "jitter": setup.jitter}
+    run, stats = _nuts_run(models.sparse_gp_bsvm, (setup.X, setup.y), model_kwargs, options,
+                           key, resume)
+    return mcmc_approximation(
+        run, options, method="nuts", model="sparse_gp", problem=problem, sample_stats=stats,
+        predictor=_sparse_predictor(kernel, setup.params, prior, run.samples["u"], options,
+                                    options.gamma),
+        options={"inducing_points": Z}, kernel_params=setup.params, jitter=setup.jitter,
     )

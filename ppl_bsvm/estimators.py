@@ -23,7 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._checks import boolean
-from .api import _engine_options, get_engine
+from .api import get_engine
 from .api import fit as _fit
 from .baselines._common import kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
@@ -162,7 +162,7 @@ class BayesianSVC(ClassifierMixin, BaseEstimator):
                     f"options[{key!r}] is not allowed: use the estimator parameter "
                     f"{_RESERVED[key]} instead"
                 )
-        if "intercept" in _engine_options(engine.fn):
+        if "intercept" in engine.options.names():
             options["intercept"] = fit_intercept
         kwargs = {"model": self.model, "method": self.method, "seed": self.seed, **options}
         if engine.uses_kernel:
@@ -352,7 +352,7 @@ class BCSVMClassifier(BayesianSVC):
         return self
 
     def _fit_arguments(self) -> dict:
-        # values are checked by the engine (a ValueError naming the option)
+        # values are checked by the engine's options (a ValueError naming the option)
         return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
                 **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
 

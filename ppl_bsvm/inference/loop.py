@@ -139,7 +139,7 @@ def _segment_loop(step: Callable, static, converged: Callable, length: int):
     """The traceable segment: at most ``min(length, limit)`` steps (see :func:`_compiled_loop`)."""
 
     def loop(key, state, data, tol, start, limit, min_iter):
-        info_shape = jax.eval_shape(step, static, key, state, data)[1]
+        info_shape = jax.eval_shape(functools.partial(step, static), key, state, data)[1]
         buffer = jax.tree.map(lambda s: _empty_like(s, length), info_shape)
         limit = jnp.minimum(limit, length)
 

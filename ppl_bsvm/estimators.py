@@ -413,7 +413,7 @@ class BCSVMClassifier(_FitClassifier):
         return self
 
     def _fit_arguments(self) -> dict:
-        # the engine checks the values again (a ValueError naming the option)
+        # values are checked by the engine's options (a ValueError naming the option)
         return {"model": "gp", "method": "bcsvm", "kernel": self.kernel, "seed": self.seed,
                 **{name: getattr(self, name) for name in _ESTIMATOR_OPTIONS}}
 

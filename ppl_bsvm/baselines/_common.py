@@ -1,7 +1,9 @@
-"""Pieces the baselines share: predictors, idata without a posterior, kernels for scikit-learn."""
+"""Pieces the baselines share: options pieces, predictors, idata without a posterior, kernels
+for scikit-learn."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -9,8 +11,9 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .._checks import one_of
+from .._checks import nonnegative_float, one_of, positive_int
 from ..data import Problem
+from ..engine import Options
 from ..kernels import (
     RBF,
     Constant,
@@ -25,13 +28,16 @@ from ..kernels import (
 from .._idata import _dataset
 from .._serial import data_object
 from .._shapes import pad_rows, padded_call, padded_size
-from ..predictive import LINKS, GaussianPredictor, class_probability
-from ._likelihoods import logistic_gaussian
+from ..predictive import DEFAULT_LINK, LINKS, GaussianPredictor, class_probability
+from ._likelihoods import check_likelihood, logistic_gaussian
 
 _logistic_gaussian = jax.jit(logistic_gaussian)
 
 __all__ = [
     "BASELINE_LINKS",
+    "BaselineIteration",
+    "BaselineLink",
+    "Likelihood",
     "LinkPredictor",
     "ScorePredictor",
     "sklearn_seed",
@@ -47,6 +53,56 @@ latent Gaussian, the exact predictive of a logistic-likelihood model."""
 
 def check_baseline_link(link) -> str:
     return one_of("link", link, BASELINE_LINKS)
+
+
+# --- options pieces (ppl_bsvm.engine) ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaselineIteration(Options):
+    """``max_iter`` iterations at most; stop when the engine's convergence statistic is at
+    most ``tol``. As :class:`ppl_bsvm.engine.Iteration`, except that ``tol`` may be 0 (run
+    until the statistic vanishes, or all ``max_iter`` iterations)."""
+
+    max_iter: int = 1000
+    tol: float = 1e-8
+
+    def _check(self):
+        self._set("max_iter", positive_int("max_iter", self.max_iter))
+        self._set("tol", nonnegative_float("tol", self.tol))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaselineLink(Options):
+    """``link``: the default link of ``predict_proba``, one of :data:`BASELINE_LINKS` (those of
+    :mod:`ppl_bsvm.predictive` and ``"logit"``)."""
+
+    link: str = DEFAULT_LINK
+
+    def _check(self):
+        check_baseline_link(self.link)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Likelihood(Options):
+    """The GP baselines' ``likelihood`` (``"probit"`` or ``"logit"``, ``._likelihoods``) and
+    ``link``, the default link of ``predict_proba``: one of :data:`BASELINE_LINKS`, or None
+    for the likelihood's own (:attr:`predictive_link`), the exact predictive under it."""
+
+    likelihood: str = "probit"
+    link: str | None = None
+
+    def _check(self):
+        check_likelihood(self.likelihood)
+        if self.link is not None:
+            check_baseline_link(self.link)
+
+    @property
+    def predictive_link(self) -> str:
+        """``link``, or the likelihood's own (``"probit"`` or ``"logit"``) when it is None."""
+        if self.link is None:
+            return "probit" if self.likelihood == "probit" else "logit"
+        return self.link
 
 
 @data_object

@@ -84,6 +84,7 @@ MIT Press 2006, section 2.7.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -94,20 +95,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from .._checks import nonnegative_float, one_of, positive_float, positive_int
+from .._checks import one_of, positive_float, positive_int
 from ..api import register
 from .._serial import latent_family
 from ..data import Problem
+from ..engine import Approximation, Jitter
 from ..inference import gaussian
 from ..inference.latent import Latent
 from ..inference.loop import relative_change, run
-from ..kernels import DEFAULT_JITTER, Kernel, gram
-from ..predictive import DEFAULT_LINK
-from ..result import Fit
-from ._common import LinkPredictor, check_baseline_link, fit_idata, sklearn_seed
+from ..kernels import Kernel, gram
+from ._common import BaselineIteration, BaselineLink, LinkPredictor, fit_idata, sklearn_seed
 
 __all__ = [
     "COMBINES",
+    "BCSVMOptions",
     "SVM2State",
     "SVM2Info",
     "SVM2Data",
@@ -422,21 +423,26 @@ def _predict_blocks(kernel, model, X, query_size, combine, jitter):
     return mean, jnp.maximum(var, 0.0)
 
 
-@register("bcsvm", ("gp",))
-def bcsvm(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    C: float = 1.0,
-    module_size: int = 200,
-    query_size: int = 200,
-    combine: str = "bcm",
-    max_iter: int = 100,
-    tol: float = 1e-12,
-    jitter: float = DEFAULT_JITTER,
-    link: str = DEFAULT_LINK,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BCSVMOptions(BaselineIteration, Jitter, BaselineLink):
+    """The options of :func:`bcsvm` (documented there)."""
+
+    C: float = 1.0
+    module_size: int = 200
+    query_size: int = 200
+    combine: str = "bcm"
+    max_iter: int = 100
+    tol: float = 1e-12
+
+    def _check(self):
+        self._set("C", positive_float("C", self.C))
+        self._set("module_size", positive_int("module_size", self.module_size, minimum=2))
+        self._set("query_size", positive_int("query_size", self.query_size))
+        one_of("combine", self.combine, COMBINES)
+
+
+@register("bcsvm", ("gp",), options=BCSVMOptions)
+def bcsvm(problem: Problem, options: BCSVMOptions, *, key, kernel: Kernel) -> Approximation:
     """Bayesian committee SVM (Schwaighofer & Tresp 2001): 2-norm SVM modules + BCM.
 
     Parameters
@@ -466,14 +472,8 @@ def bcsvm(
     ``support`` (1 for support vectors), ``dual_coef`` (``a_i``) on ``obs`` and ``intercept``
     and ``objective`` per module.
     """
-    C = positive_float("C", C)
-    module_size = positive_int("module_size", module_size, minimum=2)
-    query_size = positive_int("query_size", query_size)
-    one_of("combine", combine, COMBINES)
-    positive_int("max_iter", max_iter)
-    tol = nonnegative_float("tol", tol)
-    jitter = nonnegative_float("jitter", jitter)
-    link = check_baseline_link(link)
+    module_size, query_size, combine = options.module_size, options.query_size, options.combine
+    jitter = options.jitter
     index, valid = partition(problem.y, module_size, sklearn_seed(key))
     M = index.shape[0]
     smaller = int(min(np.sum(problem.y == -1.0), np.sum(problem.y == 1.0)))
@@ -487,8 +487,9 @@ def bcsvm(
     params = kernel.init_params(problem.X)
     X_mod = jnp.asarray(problem.X[index], dtype=jnp.float64)
     K = jax.vmap(lambda Xi: gram(kernel, params, Xi, jitter))(X_mod)
-    data = SVM2Data(K, jnp.asarray(problem.y[index]), jnp.asarray(valid), jnp.asarray(C))
-    result = run(svm2_step, svm2_init(data), data, max_iter=max_iter, tol=tol, converged=svm2_converged)
+    data = SVM2Data(K, jnp.asarray(problem.y[index]), jnp.asarray(valid), jnp.asarray(options.C))
+    result = run(svm2_step, svm2_init(data), data, max_iter=options.max_iter, tol=options.tol,
+                 converged=svm2_converged)
     state = result.state
     facs = jax.vmap(_support_factor, in_axes=(0, 0, None))(K, state.active, data.C)
     model = BCMModel(X_mod, state.a, state.b, facs.chol, facs.s, params)
@@ -522,16 +523,13 @@ def bcsvm(
         attrs={"method": "bcsvm", "model": "gp", "n_modules": M, "combine": combine,
                "query_size": query_size, "stop_reason": result.stop_reason},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="bcsvm",
-        model="gp",
-        predictor=LinkPredictor(latent, link=link),
+        predictor=LinkPredictor(latent, link=options.link),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective, "changed": result.infos.changed},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=params,
         jitter=jitter,
         state=state,

@@ -47,6 +47,7 @@ the other engines, so all methods share one prior.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -55,21 +56,27 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-from .._checks import nonnegative_float, one_of, positive_float, positive_int
+from .._checks import one_of, positive_float, positive_int
 from .._idata import make_idata
 from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
+from ..engine import Approximation, Draws, Jitter
 from ..inference import gaussian
 from ..inference._common import APPROX_GROUP, gp_setup
 from ..inference.latent import GPNoisy, Latent, gp_noisy
 from ..inference.loop import relative_change, run
-from ..kernels import DEFAULT_JITTER, Kernel
-from ..result import Fit
-from ._common import LinkPredictor, check_baseline_link, sklearn_seed, to_sklearn_kernel
+from ..kernels import Kernel
+from ._common import (
+    BaselineIteration,
+    BaselineLink,
+    Likelihood,
+    LinkPredictor,
+    sklearn_seed,
+    to_sklearn_kernel,
+)
 from ._likelihoods import (
     _probit_ratio,
-    check_likelihood,
     derivatives,
     log_likelihood,
     logistic_gaussian,
@@ -77,6 +84,8 @@ from ._likelihoods import (
 
 __all__ = [
     "APPROXIMATIONS",
+    "GPCOptions",
+    "GPCSklearnOptions",
     "GPCData",
     "LaplaceState",
     "EPState",
@@ -301,12 +310,6 @@ def _site_precision(approximation, likelihood, data, state):
     return state.tau
 
 
-def _default_link(likelihood: str, link):
-    if link is None:
-        return "probit" if likelihood == "probit" else "logit"
-    return check_baseline_link(link)
-
-
 def _gp_dims():
     return {
         "f_mean": ["obs"],
@@ -316,22 +319,35 @@ def _gp_dims():
     }
 
 
-@register("gpc", ("gp",), memory=dense_bytes(4))
-def gpc(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    approximation: str = "ep",
-    likelihood: str = "probit",
-    max_iter: int = 100,
-    tol: float = 1e-10,
-    damping: float | None = None,
-    schedule: str = "parallel",
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    link: str | None = None,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPCOptions(BaselineIteration, Jitter, Draws, Likelihood):
+    """The options of :func:`gpc` (documented there)."""
+
+    approximation: str = "ep"
+    max_iter: int = 100
+    tol: float = 1e-10
+    damping: float | None = None
+    schedule: str = "parallel"
+
+    def _check(self):
+        one_of("approximation", self.approximation, APPROXIMATIONS)
+        one_of("schedule", self.schedule, SCHEDULES)
+        if self.damping is not None:
+            self._set("damping", positive_float("damping", self.damping))
+            if self.damping > 1.0:
+                raise ValueError(f"damping must be in (0, 1], got {self.damping!r}")
+
+    @property
+    def site_damping(self) -> float:
+        """``damping``, or the schedule's default when it is None (0.8 parallel, 1
+        sequential)."""
+        if self.damping is None:
+            return 0.8 if self.schedule == "parallel" else 1.0
+        return self.damping
+
+
+@register("gpc", ("gp",), options=GPCOptions, memory=dense_bytes(4))
+def gpc(problem: Problem, options: GPCOptions, *, key, kernel: Kernel) -> Approximation:
     """GP classification (JAX): Laplace or EP, probit or logit likelihood.
 
     Parameters
@@ -365,24 +381,14 @@ def gpc(
     ``f_mean``, ``f_var``, ``site_precision`` (``W`` or EP's ``tau``), ``site_shift`` (EP's
     ``nu``; Laplace: ``W f_hat + grad log p``) and ``log_marginal_likelihood``.
     """
-    one_of("approximation", approximation, APPROXIMATIONS)
-    check_likelihood(likelihood)
-    positive_int("max_iter", max_iter)
-    tol = nonnegative_float("tol", tol)
-    one_of("schedule", schedule, SCHEDULES)
-    if damping is None:
-        damping = 0.8 if schedule == "parallel" else 1.0
-    damping = positive_float("damping", damping)
-    if damping > 1.0:
-        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
-    positive_int("num_draws", num_draws)
-    link = _default_link(likelihood, link)
+    approximation, likelihood = options.approximation, options.likelihood
     t0 = time.perf_counter()
-    setup = gp_setup(problem, kernel, jitter)
-    data = GPCData(setup.K, setup.y, jnp.asarray(damping, dtype=setup.K.dtype))
-    variant = "ep-parallel" if approximation == "ep" and schedule == "parallel" else approximation
+    setup = gp_setup(problem, kernel, options.jitter)
+    data = GPCData(setup.K, setup.y, jnp.asarray(options.site_damping, dtype=setup.K.dtype))
+    parallel = approximation == "ep" and options.schedule == "parallel"
+    variant = "ep-parallel" if parallel else approximation
     result = run(_STEPS[variant], _INITS[variant](data), data, static=likelihood,
-                 max_iter=max_iter, tol=tol, converged=_converged)
+                 max_iter=options.max_iter, tol=options.tol, converged=_converged)
     state = result.state
     precision = _site_precision(approximation, likelihood, data, state)
     fac = _site_factor(data.K, precision)
@@ -398,7 +404,8 @@ def gpc(
         shift = state.nu
         log_marginal = state.log_z
     f_var = gaussian.posterior_cov_diag(data.K, fac)
-    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_mean, num_draws))[None]
+    draws = np.asarray(gaussian.sample_posterior(key, data.K, fac, f_mean,
+                                                 options.num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     idata = make_idata(
@@ -422,36 +429,36 @@ def gpc(
             "stop_reason": result.stop_reason,
         },
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="gpc",
-        model="gp",
         predictor=LinkPredictor(
             Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, weights)),
-            link=link,
+            link=options.predictive_link,
         ),
         timings={"engine": elapsed},
         trace={"objective": result.infos.objective},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=setup.params,
         jitter=setup.jitter,
         state=state,
     )
 
 
-@register("gpc_sklearn", ("gp",), memory=dense_bytes(4))
-def gpc_sklearn(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    max_iter_predict: int = 100,
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    link: str = "logit",
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPCSklearnOptions(Jitter, Draws, BaselineLink):
+    """The options of :func:`gpc_sklearn` (documented there)."""
+
+    max_iter_predict: int = 100
+    link: str = "logit"
+
+    def _check(self):
+        self._set("max_iter_predict", positive_int("max_iter_predict", self.max_iter_predict))
+
+
+@register("gpc_sklearn", ("gp",), options=GPCSklearnOptions, memory=dense_bytes(4))
+def gpc_sklearn(problem: Problem, options: GPCSklearnOptions, *, key,
+                kernel: Kernel) -> Approximation:
     """scikit-learn's Laplace GaussianProcessClassifier (logit) with our kernel, fixed.
 
     Parameters
@@ -476,10 +483,7 @@ def gpc_sklearn(
     from sklearn.gaussian_process import GaussianProcessClassifier
     from sklearn.gaussian_process.kernels import WhiteKernel
 
-    positive_int("max_iter_predict", max_iter_predict)
-    jitter = nonnegative_float("jitter", jitter)
-    positive_int("num_draws", num_draws)
-    link = check_baseline_link(link)
+    jitter = options.jitter
     t0 = time.perf_counter()
     params = kernel.init_params(problem.X)
     sk_kernel = to_sklearn_kernel(kernel, params)
@@ -488,7 +492,7 @@ def gpc_sklearn(
     if nugget > 0:
         sk_kernel = sk_kernel + WhiteKernel(nugget, noise_level_bounds="fixed")
     model = GaussianProcessClassifier(
-        kernel=sk_kernel, optimizer=None, max_iter_predict=max_iter_predict,
+        kernel=sk_kernel, optimizer=None, max_iter_predict=options.max_iter_predict,
         random_state=sklearn_seed(key),
     )
     model.fit(problem.X, problem.y)
@@ -499,7 +503,7 @@ def gpc_sklearn(
     f_mean = K @ grad  # at the mode f_hat = K grad log p(y | f_hat)
     fac = gaussian.NoisyFactor(jnp.asarray(laplace.L_), jnp.asarray(laplace.W_sr_))
     f_var = gaussian.posterior_cov_diag(K, fac)
-    draws = np.asarray(gaussian.sample_posterior(key, K, fac, f_mean, num_draws))[None]
+    draws = np.asarray(gaussian.sample_posterior(key, K, fac, f_mean, options.num_draws))[None]
     elapsed = time.perf_counter() - t0
 
     # scikit-learn's predictive (GPML Alg. 3.2: k*^T (t - pi), k** - |L^-1 W^1/2 k*|^2) from its
@@ -522,13 +526,10 @@ def gpc_sklearn(
         attrs={"method": "gpc_sklearn", "model": "gp", "approximation": "laplace",
                "likelihood": "logit"},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="gpc_sklearn",
-        model="gp",
-        predictor=LinkPredictor(latent, link=link),
+        predictor=LinkPredictor(latent, link=options.link),
         timings={"engine": elapsed},
-        kernel=kernel,
         kernel_params=params,
         jitter=jitter,
         state=model,

@@ -22,6 +22,7 @@ coefficients and intercept, so that a saved fit predicts without scikit-learn's 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -32,13 +33,13 @@ from .._checks import positive_float, positive_int
 from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
+from ..engine import Approximation, Options
 from ..kernels import Kernel
 from .._serial import latent_family
 from ..inference.latent import Latent
-from ..result import Fit
 from ._common import ScorePredictor, fit_idata, kernel_matrix, sklearn_seed
 
-__all__ = ["platt", "SVMDecision", "svm_decision"]
+__all__ = ["platt", "PlattOptions", "SVMDecision", "svm_decision"]
 
 
 class SVMDecision(NamedTuple):
@@ -59,15 +60,20 @@ def svm_decision(kernel, arrays: SVMDecision, X):
     return K @ arrays.dual_coef + arrays.intercept
 
 
-@register("platt", ("gp",), memory=dense_bytes(2))
-def platt(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    C: float = 1.0,
-    cv: int = 5,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlattOptions(Options):
+    """The options of :func:`platt` (documented there)."""
+
+    C: float = 1.0
+    cv: int = 5
+
+    def _check(self):
+        self._set("C", positive_float("C", self.C))
+        self._set("cv", positive_int("cv", self.cv, minimum=2))
+
+
+@register("platt", ("gp",), options=PlattOptions, memory=dense_bytes(2))
+def platt(problem: Problem, options: PlattOptions, *, key, kernel: Kernel) -> Approximation:
     """SVM (libsvm, 1-norm soft margin) with Platt scaling by cross-validated calibration.
 
     Parameters
@@ -82,8 +88,7 @@ def platt(
     from sklearn.model_selection import StratifiedKFold
     from sklearn.svm import SVC
 
-    C = positive_float("C", C)
-    cv = positive_int("cv", cv, minimum=2)
+    C, cv = options.C, options.cv
     counts = np.unique(problem.y, return_counts=True)[1]
     if counts.min() < cv:
         raise ValueError(
@@ -127,13 +132,10 @@ def platt(
         dims={"dual_coef": ["obs"], "decision": ["obs"]},
         attrs={"method": "platt", "model": "gp", "n_support": int(support.size)},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="platt",
-        model="gp",
         predictor=ScorePredictor(decision, a, b, "platt"),
         timings={"engine": elapsed},
-        kernel=kernel,
         kernel_params=params,
         jitter=0.0,
         state=model,

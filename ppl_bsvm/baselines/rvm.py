@@ -15,6 +15,7 @@ their state ``ppl_bsvm.baselines.rvm:RVMResult``, which the import below still r
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -30,9 +31,9 @@ from ..api import register
 from ..data import Problem
 from ..inference._common import APPROX_GROUP
 from ..inference.latent import Latent
+from ..engine import Approximation, Draws, Iteration
 from ..kernels import Kernel
-from ..result import Fit
-from ._common import LinkPredictor, check_baseline_link, kernel_matrix
+from ._common import BaselineLink, LinkPredictor, kernel_matrix
 from .rvm_algorithms import ALGORITHMS, RVMResult, design_matrix, rvm_classification
 
 __all__ = ["rvm", "RVMPredictive", "rvm_latent"]
@@ -89,20 +90,25 @@ def _split_active(result: RVMResult, N: int):
     return rel, has_bias
 
 
-@register("rvm", ("gp",), memory=dense_bytes(3))
-def rvm(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    algorithm: str = "fast",
-    bias: bool = True,
-    max_iter: int = 5000,
-    tol: float = 1e-6,
-    alpha_max: float = 1e9,
-    num_draws: int = 1000,
-    link: str = "logit",
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RVMOptions(Iteration, Draws, BaselineLink):
+    """The options of :func:`rvm` (documented there)."""
+
+    algorithm: str = "fast"
+    bias: bool = True
+    max_iter: int = 5000
+    tol: float = 1e-6
+    alpha_max: float = 1e9
+    link: str = "logit"
+
+    def _check(self):
+        one_of("algorithm", self.algorithm, ALGORITHMS)
+        self._set("alpha_max", positive_float("alpha_max", self.alpha_max))
+        self._set("bias", boolean("bias", self.bias))
+
+
+@register("rvm", ("gp",), options=RVMOptions, memory=dense_bytes(3))
+def rvm(problem: Problem, options: RVMOptions, *, key, kernel: Kernel) -> Approximation:
     """Relevance vector machine classifier (Tipping 2001): sparse Bayesian logistic kernel model.
 
     Parameters
@@ -129,13 +135,11 @@ def rvm(
     vector, ``-1`` for the bias) and ``f`` (obs); the ``approximation`` group holds
     ``w_mean``, ``w_cov``, ``alpha`` and ``log_evidence``.
     """
-    _check_rvm_options(algorithm, max_iter, tol, alpha_max, bias)
-    positive_int("num_draws", num_draws)
-    link = check_baseline_link(link)
+    algorithm, num_draws = options.algorithm, options.num_draws
     t0 = time.perf_counter()
-    params, Phi = _fit_basis(kernel, problem.X, bias)
-    result = rvm_classification(Phi, problem.y, algorithm=algorithm, max_iter=max_iter, tol=tol,
-                                alpha_max=alpha_max)
+    params, Phi = _fit_basis(kernel, problem.X, options.bias)
+    result = rvm_classification(Phi, problem.y, algorithm=algorithm, max_iter=options.max_iter,
+                                tol=options.tol, alpha_max=options.alpha_max)
     rel, has_bias = _split_active(result, problem.n)
     basis = _Basis(kernel, params, problem.X[rel], has_bias)
     mean, cov = result.mean, result.cov
@@ -160,16 +164,13 @@ def rvm(
         attrs={"method": "rvm", "model": "gp", "algorithm": algorithm,
                "n_relevance": int(rel.size), "converged": int(result.converged)},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="rvm",
-        model="gp",
-        predictor=LinkPredictor(latent, link=link),
+        predictor=LinkPredictor(latent, link=options.link),
         timings={"engine": elapsed},
         trace={"log_evidence": result.trace},
         stop_reason="tol" if result.converged else "max_iter",
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=params,
         jitter=0.0,
         state=result,

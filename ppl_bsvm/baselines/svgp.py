@@ -45,6 +45,7 @@ AISTATS 2018.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any, NamedTuple
@@ -55,11 +56,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import cho_solve
 
-from .._checks import nonnegative_float, one_of, positive_float, positive_int
+from .._checks import boolean, nonnegative_float, one_of, positive_float, positive_int
 from .._idata import make_idata
 from .._serial import latent_family
 from ..api import register
 from ..data import Problem, check_X
+from ..engine import Approximation, Draws, Jitter
 from ..inference._common import APPROX_GROUP
 from ..inference.inducing import (
     INDUCING_METHODS,
@@ -74,12 +76,12 @@ from ..inference.vi.hyper import AdamState, adam_ascent, adam_init
 from .._shapes import padded_call
 from ..inference.latent import Latent
 from ..inference.loop import run
-from ..kernels import DEFAULT_JITTER, Kernel
-from ..result import Fit
-from ._common import LinkPredictor, check_baseline_link, sklearn_seed
-from ._likelihoods import check_likelihood, gauss_hermite, gauss_hermite_expectations
+from ..kernels import Kernel
+from ._common import BaselineIteration, Likelihood, LinkPredictor, sklearn_seed
+from ._likelihoods import gauss_hermite, gauss_hermite_expectations
 
-__all__ = ["SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "SVGPStatic", "step", "elbo"]
+__all__ = ["SVGPOptions", "SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "SVGPStatic", "step",
+           "elbo"]
 
 
 class SVGPState(NamedTuple):
@@ -252,30 +254,45 @@ def _expected_log_likelihood(y, f_mean, f_var, likelihood, num_quadrature):
     return gauss_hermite_expectations(likelihood, y, f_mean, f_var, nodes, weights)[0]
 
 
-@register("svgp", ("gp", "sparse_gp"))
-def svgp(
-    problem: Problem,
-    *,
-    key,
-    kernel: Kernel,
-    num_inducing: int | None = None,
-    inducing: str = "kmeans",
-    inducing_points=None,
-    likelihood: str = "probit",
-    batch_size: int | None = None,
-    max_iter: int = 2000,
-    tol: float = 1e-8,
-    step_size: float = 0.5,
-    decay: float | None = None,
-    delay: float = 100.0,
-    learn_hyperparameters: bool = False,
-    learn_inducing: bool = False,
-    adam_lr: float = 0.01,
-    num_quadrature: int = 20,
-    jitter: float = DEFAULT_JITTER,
-    num_draws: int = 1000,
-    link: str | None = None,
-) -> Fit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SVGPOptions(BaselineIteration, Jitter, Draws, Likelihood):
+    """The options of :func:`svgp` (documented there). ``batch_size <= n``, ``num_inducing <=
+    n`` and the shape of ``inducing_points`` are checked by the engine, against the data."""
+
+    num_inducing: int | None = None
+    inducing: str = "kmeans"
+    inducing_points: Any = None
+    batch_size: int | None = None
+    max_iter: int = 2000
+    tol: float = 1e-8
+    step_size: float = 0.5
+    decay: float | None = None
+    delay: float = 100.0
+    learn_hyperparameters: bool = False
+    learn_inducing: bool = False
+    adam_lr: float = 0.01
+    num_quadrature: int = 20
+
+    def _check(self):
+        one_of("inducing", self.inducing, INDUCING_METHODS)
+        if self.num_inducing is not None:
+            self._set("num_inducing", positive_int("num_inducing", self.num_inducing))
+        if self.batch_size is not None:
+            self._set("batch_size", positive_int("batch_size", self.batch_size))
+        self._set("step_size", positive_float("step_size", self.step_size))
+        if self.step_size > 1.0:
+            raise ValueError(f"step_size must be in (0, 1], got {self.step_size!r}")
+        if self.decay is not None:
+            self._set("decay", nonnegative_float("decay", self.decay))
+        self._set("delay", positive_float("delay", self.delay))
+        for name in ("learn_hyperparameters", "learn_inducing"):
+            self._set(name, boolean(name, getattr(self, name)))
+        self._set("adam_lr", positive_float("adam_lr", self.adam_lr))
+        self._set("num_quadrature", positive_int("num_quadrature", self.num_quadrature))
+
+
+@register("svgp", ("gp", "sparse_gp"), options=SVGPOptions)
+def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Approximation:
     """SVGP (Hensman et al. 2015): sparse variational GP classifier, natural gradients on q(u).
 
     Parameters
@@ -316,34 +333,19 @@ def svgp(
     ``inducing_points``, the marginals ``f_mean``/``f_var`` at the training inputs and ``elbo``
     (full-data bound at the end).
     """
-    check_likelihood(likelihood)
-    one_of("inducing", inducing, INDUCING_METHODS)
+    likelihood, jitter, num_quadrature = options.likelihood, options.jitter, options.num_quadrature
     n = problem.n
-    batch = n if batch_size is None else positive_int("batch_size", batch_size)
+    batch = n if options.batch_size is None else options.batch_size
     if batch > n:
         raise ValueError(f"batch_size={batch} exceeds the number of training points n={n}")
-    positive_int("max_iter", max_iter)
-    tol = nonnegative_float("tol", tol)
-    step_size = positive_float("step_size", step_size)
-    if step_size > 1.0:
-        raise ValueError(f"step_size must be in (0, 1], got {step_size!r}")
-    decay = (0.0 if batch == n else 0.6) if decay is None else nonnegative_float("decay", decay)
-    delay = positive_float("delay", delay)
-    for name, value in (("learn_hyperparameters", learn_hyperparameters),
-                        ("learn_inducing", learn_inducing)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    adam_lr = positive_float("adam_lr", adam_lr)
-    num_quadrature = positive_int("num_quadrature", num_quadrature)
-    jitter = nonnegative_float("jitter", jitter)
-    positive_int("num_draws", num_draws)
-    link = check_baseline_link(link or ("probit" if likelihood == "probit" else "logit"))
+    decay = (0.0 if batch == n else 0.6) if options.decay is None else options.decay
     key_inducing, key_loop, key_draws = jax.random.split(key, 3)
-    if inducing_points is not None:
-        Z0 = check_X(inducing_points, name="inducing_points", n_features=problem.d)
+    if options.inducing_points is not None:
+        Z0 = check_X(options.inducing_points, name="inducing_points", n_features=problem.d)
     else:
-        m = min(100, n) if num_inducing is None else positive_int("num_inducing", num_inducing)
-        Z0 = choose_inducing(problem.X, m, method=inducing, seed=sklearn_seed(key_inducing))
+        m = min(100, n) if options.num_inducing is None else options.num_inducing
+        Z0 = choose_inducing(problem.X, m, method=options.inducing,
+                             seed=sklearn_seed(key_inducing))
 
     t0 = time.perf_counter()
     X = jnp.asarray(problem.X, dtype=jnp.float64)
@@ -351,15 +353,16 @@ def svgp(
     params0 = kernel.init_params(problem.X)
     Z0 = jnp.asarray(Z0, dtype=jnp.float64)
     state = svgp_init(kernel, params0, Z0, jitter)
-    data = SVGPData(X, y, *(jnp.asarray(v, dtype=jnp.float64) for v in (step_size, delay, decay, adam_lr)))
-    static = SVGPStatic(kernel, likelihood, n, batch, bool(learn_hyperparameters),
-                        bool(learn_inducing), num_quadrature, jitter)
-    result = run(step, state, data, static=static, key=key_loop, max_iter=max_iter, tol=tol,
-                 converged=_converged)
+    data = SVGPData(X, y, *(jnp.asarray(v, dtype=jnp.float64)
+                            for v in (options.step_size, options.delay, decay, options.adam_lr)))
+    static = SVGPStatic(kernel, likelihood, n, batch, options.learn_hyperparameters,
+                        options.learn_inducing, num_quadrature, jitter)
+    result = run(step, state, data, static=static, key=key_loop, max_iter=options.max_iter,
+                 tol=options.tol, converged=_converged)
     state = result.state
     params, Z = state.params, state.Z
     mu, Sigma, kl, draws = _final_q(kernel, state.eta1, state.eta2, params, Z, jitter, key_draws,
-                                    num_draws=num_draws)
+                                    num_draws=options.num_draws)
     latent = Latent(_marginals_chunk, kernel, _Posterior(params, Z, mu, Sigma, jnp.asarray(jitter)))
     f_mean, f_var = latent(problem.X)
     expected = padded_call(_expected_log_likelihood, problem.y, f_mean, f_var,
@@ -393,16 +396,13 @@ def svgp(
         attrs={"method": "svgp", "model": "sparse_gp", "likelihood": likelihood,
                "stop_reason": result.stop_reason},
     )
-    return Fit(
+    return Approximation(
         idata=idata,
-        method="svgp",
-        model="sparse_gp",
-        predictor=LinkPredictor(latent, link=link),
+        predictor=LinkPredictor(latent, link=options.predictive_link),
         timings={"engine": elapsed},
         trace={"elbo": result.infos.elbo, "delta": result.infos.delta},
         stop_reason=result.stop_reason,
         n_iter=result.n_iter,
-        kernel=kernel,
         kernel_params=params,
         jitter=jitter,
         state=state,

@@ -420,7 +420,7 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
     return Fit(
         idata=approx.idata,
         method=engine.method,
-        model=engine.model,
+        model=approx.model or engine.model,
         predictor=approx.predictor,
         trace=dict(approx.trace),
         stop_reason=approx.stop_reason,

@@ -96,18 +96,21 @@ class Options:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Iteration(Options):
     """``max_iter`` iterations at most; stop when the engine's convergence statistic falls
-    below ``tol`` (``None`` only where the engine chooses it from the data)."""
+    below ``tol`` (``None`` only where the engine chooses it from the data; 0 only where the
+    engine can run until its statistic vanishes)."""
 
     max_iter: int = 1000
     tol: float | None = 1e-8
 
     _tol_from_data = False  # the engine picks tol=None's value from the data
+    _tol_may_be_zero = False
 
     def _check(self):
         self._set("max_iter", positive_int("max_iter", self.max_iter))
         if self.tol is None and self._tol_from_data:
             return
-        self._set("tol", positive_float("tol", self.tol))
+        check = nonnegative_float if self._tol_may_be_zero else positive_float
+        self._set("tol", check("tol", self.tol))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,6 +224,9 @@ class Approximation(NamedTuple):
     options : dict
         Options resolved from the data (``num_inducing``, ``batch_size``, ...): they replace
         the given values in ``Fit.options``.
+    model : str or None
+        The model the approximation is of, where an engine fits another than the one asked
+        for (SVGP fits the sparse GP under either name); None: the one asked for.
     """
 
     idata: Any
@@ -234,3 +240,4 @@ class Approximation(NamedTuple):
     state: Any = None
     checkpoint: Any = None
     options: dict = {}
+    model: str | None = None

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .._checks import nonnegative_float, one_of, positive_int
+from .._checks import one_of
 from ..data import Problem
 from ..engine import Options
 from ..kernels import (
@@ -35,7 +35,6 @@ _logistic_gaussian = jax.jit(logistic_gaussian)
 
 __all__ = [
     "BASELINE_LINKS",
-    "BaselineIteration",
     "BaselineLink",
     "Likelihood",
     "LinkPredictor",
@@ -56,20 +55,6 @@ def check_baseline_link(link) -> str:
 
 
 # --- options pieces (ppl_bsvm.engine) ---------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BaselineIteration(Options):
-    """``max_iter`` iterations at most; stop when the engine's convergence statistic is at
-    most ``tol``. As :class:`ppl_bsvm.engine.Iteration`, except that ``tol`` may be 0 (run
-    until the statistic vanishes, or all ``max_iter`` iterations)."""
-
-    max_iter: int = 1000
-    tol: float = 1e-8
-
-    def _check(self):
-        self._set("max_iter", positive_int("max_iter", self.max_iter))
-        self._set("tol", nonnegative_float("tol", self.tol))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

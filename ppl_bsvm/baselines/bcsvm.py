@@ -99,12 +99,12 @@ from .._checks import one_of, positive_float, positive_int
 from ..api import register
 from .._serial import latent_family
 from ..data import Problem
-from ..engine import Approximation, Jitter
+from ..engine import Approximation, Iteration, Jitter
 from ..inference import gaussian
 from ..inference.latent import Latent
 from ..inference.loop import relative_change, run
 from ..kernels import Kernel, gram
-from ._common import BaselineIteration, BaselineLink, LinkPredictor, fit_idata, sklearn_seed
+from ._common import BaselineLink, LinkPredictor, fit_idata, sklearn_seed
 
 __all__ = [
     "COMBINES",
@@ -424,8 +424,10 @@ def _predict_blocks(kernel, model, X, query_size, combine, jitter):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BCSVMOptions(BaselineIteration, Jitter, BaselineLink):
+class BCSVMOptions(Iteration, Jitter, BaselineLink):
     """The options of :func:`bcsvm` (documented there)."""
+
+    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
 
     C: float = 1.0
     module_size: int = 200

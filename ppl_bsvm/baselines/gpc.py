@@ -61,14 +61,13 @@ from .._idata import make_idata
 from .._memory import dense_bytes
 from ..api import register
 from ..data import Problem
-from ..engine import Approximation, Draws, Jitter
+from ..engine import Approximation, Draws, Iteration, Jitter
 from ..inference import gaussian
 from ..inference._common import APPROX_GROUP, gp_setup
 from ..inference.latent import GPNoisy, Latent, gp_noisy
 from ..inference.loop import relative_change, run
 from ..kernels import Kernel
 from ._common import (
-    BaselineIteration,
     BaselineLink,
     Likelihood,
     LinkPredictor,
@@ -320,8 +319,10 @@ def _gp_dims():
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GPCOptions(BaselineIteration, Jitter, Draws, Likelihood):
+class GPCOptions(Iteration, Jitter, Draws, Likelihood):
     """The options of :func:`gpc` (documented there)."""
+
+    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
 
     approximation: str = "ep"
     max_iter: int = 100

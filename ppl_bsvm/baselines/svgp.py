@@ -61,7 +61,7 @@ from .._idata import make_idata
 from .._serial import latent_family
 from ..api import register
 from ..data import Problem, check_X
-from ..engine import Approximation, Draws, Jitter
+from ..engine import Approximation, Draws, Iteration, Jitter
 from ..inference._common import APPROX_GROUP
 from ..inference.inducing import (
     INDUCING_METHODS,
@@ -77,7 +77,7 @@ from .._shapes import padded_call
 from ..inference.latent import Latent
 from ..inference.loop import run
 from ..kernels import Kernel
-from ._common import BaselineIteration, Likelihood, LinkPredictor, sklearn_seed
+from ._common import Likelihood, LinkPredictor, sklearn_seed
 from ._likelihoods import gauss_hermite, gauss_hermite_expectations
 
 __all__ = ["SVGPOptions", "SVGPState", "SVGPInfo", "SVGPData", "svgp_init", "SVGPStatic", "step",
@@ -255,9 +255,11 @@ def _expected_log_likelihood(y, f_mean, f_var, likelihood, num_quadrature):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SVGPOptions(BaselineIteration, Jitter, Draws, Likelihood):
+class SVGPOptions(Iteration, Jitter, Draws, Likelihood):
     """The options of :func:`svgp` (documented there). ``batch_size <= n``, ``num_inducing <=
     n`` and the shape of ``inducing_points`` are checked by the engine, against the data."""
+
+    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
 
     num_inducing: int | None = None
     inducing: str = "kmeans"
@@ -398,6 +400,7 @@ def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Appr
     )
     return Approximation(
         idata=idata,
+        model="sparse_gp",
         predictor=LinkPredictor(latent, link=options.predictive_link),
         timings={"engine": elapsed},
         trace={"elbo": result.infos.elbo, "delta": result.infos.delta},

@@ -51,12 +51,17 @@ CHAIN_METHODS = ("vectorized", "sequential", "parallel")
 class Options:
     """Base of every engine's options: frozen, validated on construction (module docstring).
 
-    A subclass (or a piece it inherits) defines ``_check(self)``, which validates the fields
-    that class declares and may replace a value by its normalised form with :meth:`_set`.
+    A class (an engine's or a piece it inherits) validates the fields it declares: those
+    with a validator of their own in the class attribute ``_validators`` (field name ->
+    ``check(name, value)`` returning the normalised value or raising a ``ValueError`` that
+    names the option, as the functions of :mod:`ppl_bsvm._checks` do), the rest and any rule
+    between fields in ``_check(self)``, which stores normalised values with :meth:`_set`.
     """
 
     def __post_init__(self):
         for cls in reversed(type(self).__mro__):
+            for name, check in vars(cls).get("_validators", {}).items():
+                self._set(name, check(name, getattr(self, name)))
             check = vars(cls).get("_check")
             if check is not None:
                 check(self)
@@ -90,6 +95,11 @@ class Options:
         return dataclasses.replace(self, **changes)
 
 
+def optional(check):
+    """A validator (``check(name, value)``) that also accepts None."""
+    return lambda name, value: None if value is None else check(name, value)
+
+
 # --- shared pieces -------------------------------------------------------------------------
 
 
@@ -118,9 +128,7 @@ class Temperature(Options):
     """``gamma``: the pseudo-likelihood ``exp(-2 gamma max(0, 1 - y f))``'s temperature."""
 
     gamma: float = 1.0
-
-    def _check(self):
-        self._set("gamma", positive_float("gamma", self.gamma))
+    _validators = {"gamma": positive_float}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -128,9 +136,7 @@ class Jitter(Options):
     """``jitter``: relative jitter added to the diagonal of kernel matrices."""
 
     jitter: float = DEFAULT_JITTER
-
-    def _check(self):
-        self._set("jitter", nonnegative_float("jitter", self.jitter))
+    _validators = {"jitter": nonnegative_float}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -138,9 +144,7 @@ class Draws(Options):
     """``num_draws``: draws from the approximation stored in ``idata.posterior``."""
 
     num_draws: int = 1000
-
-    def _check(self):
-        self._set("num_draws", positive_int("num_draws", self.num_draws))
+    _validators = {"num_draws": positive_int}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,9 +152,7 @@ class Link(Options):
     """``link``: the default link of ``predict_proba`` (``ppl_bsvm.predictive``)."""
 
     link: str = DEFAULT_LINK
-
-    def _check(self):
-        check_link(self.link)
+    _validators = {"link": lambda _, link: check_link(link)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -160,10 +162,7 @@ class LinearPrior(Options):
 
     prior_scale: float = 1.0
     intercept: bool = True
-
-    def _check(self):
-        self._set("prior_scale", positive_float("prior_scale", self.prior_scale))
-        self._set("intercept", boolean("intercept", self.intercept))
+    _validators = {"prior_scale": positive_float, "intercept": boolean}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -181,15 +180,17 @@ class Sampler(Link):
     store_lam: bool = False
     max_predictive_draws: int = 1000
 
+    _validators = {
+        "store_lam": boolean,
+        "num_samples": positive_int,
+        "num_warmup": lambda name, value: positive_int(name, value, minimum=0),
+        "num_chains": positive_int,
+        "chain_method": lambda name, value: one_of(name, value, CHAIN_METHODS),
+        "thinning": positive_int,
+        "max_predictive_draws": positive_int,
+    }
+
     def _check(self):
-        self._set("store_lam", boolean("store_lam", self.store_lam))
-        self._set("num_samples", positive_int("num_samples", self.num_samples))
-        self._set("num_warmup", positive_int("num_warmup", self.num_warmup, minimum=0))
-        self._set("num_chains", positive_int("num_chains", self.num_chains))
-        one_of("chain_method", self.chain_method, CHAIN_METHODS)
-        self._set("thinning", positive_int("thinning", self.thinning))
-        self._set("max_predictive_draws",
-                  positive_int("max_predictive_draws", self.max_predictive_draws))
         if self.num_samples // self.thinning < 1:
             raise ValueError(
                 f"thinning={self.thinning} keeps no draw of num_samples={self.num_samples}; "
@@ -241,3 +242,15 @@ class Approximation(NamedTuple):
     checkpoint: Any = None
     options: dict = {}
     model: str | None = None
+
+    @classmethod
+    def from_run(cls, run, *, idata, predictor, seconds: float, trace: dict,
+                 **fields) -> Approximation:
+        """The approximation of an engine iterated by :func:`ppl_bsvm.inference.loop.run`:
+        ``stop_reason``, ``n_iter`` and the final ``state`` from the ``RunResult`` ``run``,
+        ``seconds`` as the ``"engine"`` timing (more in ``timings=``), ``fields`` the rest (a
+        ``state`` given there replaces ``run.state``)."""
+        fields.setdefault("state", run.state)
+        timings = {"engine": seconds, **fields.pop("timings", {})}
+        return cls(idata=idata, predictor=predictor, trace=trace, stop_reason=run.stop_reason,
+                   n_iter=run.n_iter, timings=timings, **fields)

@@ -525,14 +525,8 @@ def bcsvm(problem: Problem, options: BCSVMOptions, *, key, kernel: Kernel) -> Ap
         attrs={"method": "bcsvm", "model": "gp", "n_modules": M, "combine": combine,
                "query_size": query_size, "stop_reason": result.stop_reason},
     )
-    return Approximation(
-        idata=idata,
-        predictor=LinkPredictor(latent, link=options.link),
-        timings={"engine": elapsed},
+    return Approximation.from_run(
+        result, idata=idata, predictor=LinkPredictor(latent, link=options.link), seconds=elapsed,
         trace={"objective": result.infos.objective, "changed": result.infos.changed},
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=params,
-        jitter=jitter,
-        state=state,
+        kernel_params=params, jitter=jitter, state=state,
     )

@@ -240,6 +240,16 @@ def ep_log_marginal(likelihood: str, data: GPCData, tau, nu, Sigma, mu, fac):
     )
 
 
+def _ep_state(likelihood: str, data: GPCData, tau, nu, last_log_z):
+    """``q(f)`` from the site parameters ``tau``, ``nu`` (``Sigma`` from scratch), and the
+    sweep's info."""
+    fac = _site_factor(data.K, tau)
+    Sigma = gaussian.posterior_cov(data.K, fac)
+    mu = Sigma @ nu
+    log_z = ep_log_marginal(likelihood, data, tau, nu, Sigma, mu, fac)
+    return EPState(tau, nu, Sigma, mu, log_z), GPCInfo(log_z, relative_change(log_z, last_log_z))
+
+
 def ep_step(likelihood: str, _key, state: EPState, data: GPCData):
     """One sequential sweep over all sites (GPML Alg. 3.5), then ``Sigma`` from scratch."""
     n = data.y.shape[0]
@@ -262,12 +272,7 @@ def ep_step(likelihood: str, _key, state: EPState, data: GPCData):
         return tau.at[i].set(tau_new), nu.at[i].set(nu_new), Sigma, mu
 
     tau, nu, _, _ = jax.lax.fori_loop(0, n, site, (state.tau, state.nu, state.Sigma, state.mu))
-    fac = _site_factor(data.K, tau)
-    Sigma = gaussian.posterior_cov(data.K, fac)
-    mu = Sigma @ nu
-    log_z = ep_log_marginal(likelihood, data, tau, nu, Sigma, mu, fac)
-    info = GPCInfo(log_z, relative_change(log_z, state.log_z))
-    return EPState(tau, nu, Sigma, mu, log_z), info
+    return _ep_state(likelihood, data, tau, nu, state.log_z)
 
 
 def ep_parallel_step(likelihood: str, _key, state: EPState, data: GPCData):
@@ -286,12 +291,7 @@ def ep_parallel_step(likelihood: str, _key, state: EPState, data: GPCData):
     nu_new = m_hat / v_hat - nu_c
     tau = (1.0 - data.damping) * state.tau + data.damping * tau_new
     nu = (1.0 - data.damping) * state.nu + data.damping * nu_new
-    fac = _site_factor(data.K, tau)
-    Sigma = gaussian.posterior_cov(data.K, fac)
-    mu = Sigma @ nu
-    log_z = ep_log_marginal(likelihood, data, tau, nu, Sigma, mu, fac)
-    info = GPCInfo(log_z, relative_change(log_z, state.log_z))
-    return EPState(tau, nu, Sigma, mu, log_z), info
+    return _ep_state(likelihood, data, tau, nu, state.log_z)
 
 
 def _converged(info: GPCInfo, tol):
@@ -309,13 +309,17 @@ def _site_precision(approximation, likelihood, data, state):
     return state.tau
 
 
-def _gp_dims():
-    return {
-        "f_mean": ["obs"],
-        "f_var": ["obs"],
-        "site_precision": ["obs"],
-        "site_shift": ["obs"],
-    }
+def _gpc_idata(problem, draws, f_mean, f_var, site_precision, log_marginal, attrs: dict,
+               **sites):
+    """Draws of ``f`` and the approximation group (the marginals of ``q(f)``, the site
+    precisions and any other ``sites`` arrays, the log marginal likelihood) of both GPCs."""
+    approx = {"f_mean": np.asarray(f_mean), "f_var": np.asarray(f_var),
+              "site_precision": np.asarray(site_precision),
+              **{k: np.asarray(v) for k, v in sites.items()},
+              "log_marginal_likelihood": float(log_marginal)}
+    dims = {k: ["obs"] for k in approx if k != "log_marginal_likelihood"}
+    return make_idata({"f": draws}, dims=dims,
+                      observed_y=problem.y, groups={APPROX_GROUP: approx}, attrs=attrs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -409,40 +413,15 @@ def gpc(problem: Problem, options: GPCOptions, *, key, kernel: Kernel) -> Approx
                                                  options.num_draws))[None]
     elapsed = time.perf_counter() - t0
 
-    idata = make_idata(
-        {"f": draws},
-        dims=_gp_dims(),
-        observed_y=problem.y,
-        groups={
-            APPROX_GROUP: {
-                "f_mean": np.asarray(f_mean),
-                "f_var": np.asarray(f_var),
-                "site_precision": np.asarray(precision),
-                "site_shift": np.asarray(shift),
-                "log_marginal_likelihood": float(log_marginal),
-            }
-        },
-        attrs={
-            "method": "gpc",
-            "model": "gp",
-            "approximation": approximation,
-            "likelihood": likelihood,
-            "stop_reason": result.stop_reason,
-        },
-    )
-    return Approximation(
-        idata=idata,
-        predictor=LinkPredictor(
-            Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, weights)),
-            link=options.predictive_link,
-        ),
-        timings={"engine": elapsed},
-        trace={"objective": result.infos.objective},
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=setup.params,
-        jitter=setup.jitter,
-        state=state,
+    idata = _gpc_idata(problem, draws, f_mean, f_var, precision, log_marginal,
+                       {"method": "gpc", "model": "gp", "approximation": approximation,
+                        "likelihood": likelihood, "stop_reason": result.stop_reason},
+                       site_shift=shift)
+    latent = Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, weights))
+    return Approximation.from_run(
+        result, idata=idata, predictor=LinkPredictor(latent, link=options.predictive_link),
+        seconds=elapsed, trace={"objective": result.infos.objective},
+        kernel_params=setup.params, jitter=setup.jitter, state=state,
     )
 
 
@@ -512,21 +491,10 @@ def gpc_sklearn(problem: Problem, options: GPCSklearnOptions, *, key,
     latent = Latent(gp_noisy, kernel, GPNoisy(jnp.asarray(problem.X), params, fac.chol, fac.s,
                                               grad))
 
-    idata = make_idata(
-        {"f": draws},
-        dims=_gp_dims(),
-        observed_y=problem.y,
-        groups={
-            APPROX_GROUP: {
-                "f_mean": np.asarray(f_mean),
-                "f_var": np.asarray(f_var),
-                "site_precision": np.asarray(laplace.W_sr_) ** 2,
-                "log_marginal_likelihood": float(model.log_marginal_likelihood_value_),
-            }
-        },
-        attrs={"method": "gpc_sklearn", "model": "gp", "approximation": "laplace",
-               "likelihood": "logit"},
-    )
+    idata = _gpc_idata(problem, draws, f_mean, f_var, np.asarray(laplace.W_sr_) ** 2,
+                       model.log_marginal_likelihood_value_,
+                       {"method": "gpc_sklearn", "model": "gp", "approximation": "laplace",
+                        "likelihood": "logit"})
     return Approximation(
         idata=idata,
         predictor=LinkPredictor(latent, link=options.link),

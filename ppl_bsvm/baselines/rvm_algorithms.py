@@ -173,6 +173,16 @@ def _action_gains(S, Q, alpha, in_model, allow_delete):
     return new_alpha, gain, theta
 
 
+def _candidates(S, Q, active, alpha, P: int):
+    """Which of the ``P`` basis functions are in the model, their ``alpha`` (inf outside),
+    and each candidate action's new ``alpha``, gain and ``theta`` (:func:`_action_gains`)."""
+    in_model = np.zeros(P, dtype=bool)
+    in_model[active] = True
+    alpha_full = np.full(P, np.inf)
+    alpha_full[active] = alpha
+    return (in_model, alpha_full) + _action_gains(S, Q, alpha_full, in_model, active.size > 1)
+
+
 def _fast_converged(new_alpha, alpha, theta, in_model, tol):
     """Nothing to add or delete, and no re-estimation moves ``log alpha`` by ``tol`` or more.
 
@@ -262,11 +272,7 @@ def rvm_regression(Phi, t, *, algorithm="fast", max_iter=5000, tol=1e-6, alpha_m
             B = PtPM @ Sigma
             S = beta * diag_PtP - beta**2 * np.sum(B * PtPM, axis=1)
             Q = beta * Pt - beta**2 * PtPM @ (Sigma @ Pt[active])
-            in_model = np.zeros(P, dtype=bool)
-            in_model[active] = True
-            alpha_full = np.full(P, np.inf)
-            alpha_full[active] = alpha
-            new_alpha, gain, theta = _action_gains(S, Q, alpha_full, in_model, active.size > 1)
+            in_model, alpha_full, new_alpha, gain, theta = _candidates(S, Q, active, alpha, P)
             if beta_change < tol and _fast_converged(new_alpha, alpha_full, theta, in_model, tol):
                 converged = True
                 break
@@ -363,11 +369,7 @@ def rvm_classification(Phi, y, *, algorithm="fast", max_iter=5000, tol=1e-6, alp
             PtBPM = Phi.T @ (b[:, None] * Phi_M)  # (P, M)
             S = (Phi**2).T @ b - np.sum((PtBPM @ Sigma) * PtBPM, axis=1)
             Q = Phi.T @ (t01 - pi)  # = phi^T B (t_hat - Phi_M w) at the mode
-            in_model = np.zeros(P, dtype=bool)
-            in_model[active] = True
-            alpha_full = np.full(P, np.inf)
-            alpha_full[active] = alpha
-            new_alpha, gain, theta = _action_gains(S, Q, alpha_full, in_model, active.size > 1)
+            in_model, alpha_full, new_alpha, gain, theta = _candidates(S, Q, active, alpha, P)
             if _fast_converged(new_alpha, alpha_full, theta, in_model, tol):
                 converged = True
                 break

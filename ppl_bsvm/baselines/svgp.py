@@ -398,15 +398,8 @@ def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Appr
         attrs={"method": "svgp", "model": "sparse_gp", "likelihood": likelihood,
                "stop_reason": result.stop_reason},
     )
-    return Approximation(
-        idata=idata,
-        model="sparse_gp",
-        predictor=LinkPredictor(latent, link=options.predictive_link),
-        timings={"engine": elapsed},
-        trace={"elbo": result.infos.elbo, "delta": result.infos.delta},
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=params,
-        jitter=jitter,
-        state=state,
+    return Approximation.from_run(
+        result, idata=idata, predictor=LinkPredictor(latent, link=options.predictive_link),
+        seconds=elapsed, trace={"elbo": result.infos.elbo, "delta": result.infos.delta},
+        model="sparse_gp", kernel_params=params, jitter=jitter, state=state,
     )

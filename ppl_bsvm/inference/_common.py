@@ -194,3 +194,16 @@ def gaussian_idata(
         attrs=attrs,
     )
 
+
+def beta_idata(problem: Problem, features, draws, mean, cov, *, method: str, stop_reason: str,
+               **approximation):
+    """:func:`gaussian_idata` of a Gaussian ``q(beta)`` of the linear model: the draws, its
+    mean and covariance, and the engine's other ``approximation`` arrays."""
+    return gaussian_idata(
+        {"beta": draws},
+        problem=problem,
+        coords={"feature": features},
+        approximation={"beta_mean": np.asarray(mean), "beta_cov": np.asarray(cov),
+                       **{k: np.asarray(v) for k, v in approximation.items()}},
+        attrs={"method": method, "model": "linear", "stop_reason": stop_reason},
+    )

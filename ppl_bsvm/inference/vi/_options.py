@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from ..._checks import boolean, positive_float, positive_int
-from ...engine import Options
+from ...engine import Options, optional
 from ..inducing import INDUCING_METHODS
 from . import schedules
 
@@ -24,13 +22,7 @@ class Learn(Options):
     """``learn_hyperparameters``: maximise the ELBO over the hyperparameters too."""
 
     learn_hyperparameters: bool = False
-
-    def _check(self):
-        if not isinstance(self.learn_hyperparameters, (bool, np.bool_)):
-            raise ValueError(
-                f"learn_hyperparameters must be True or False, got {self.learn_hyperparameters!r}"
-            )
-        self._set("learn_hyperparameters", bool(self.learn_hyperparameters))
+    _validators = {"learn_hyperparameters": boolean}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,7 +31,7 @@ class HyperRate(Options):
 
     hyper_lr: object = 0.05
 
-    def _check(self):
+    def _check(self):  # validated, kept as given (module docstring)
         schedules.as_step_size(self.hyper_lr, "hyper_lr")
 
 
@@ -48,9 +40,7 @@ class HyperEvery(Options):
     """``hyper_every``: natural-gradient steps per hyperparameter step."""
 
     hyper_every: int = 10
-
-    def _check(self):
-        self._set("hyper_every", positive_int("hyper_every", self.hyper_every))
+    _validators = {"hyper_every": positive_int}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,13 +54,11 @@ class Stochastic(Options):
     check_every: float = 1.0
     elbo_every: int | None = None
 
-    def _check(self):
-        if self.batch_size is not None:
-            self._set("batch_size", positive_int("batch_size", self.batch_size))
+    _validators = {"batch_size": optional(positive_int), "check_every": positive_float,
+                   "elbo_every": optional(positive_int)}
+
+    def _check(self):  # validated, kept as given (module docstring)
         schedules.as_rate(self.learning_rate)
-        self._set("check_every", positive_float("check_every", self.check_every))
-        if self.elbo_every is not None:
-            self._set("elbo_every", positive_int("elbo_every", self.elbo_every))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,12 +71,11 @@ class Inducing(Options):
     inducing: object = "kmeans"
     learn_inducing: bool = False
 
+    _validators = {"learn_inducing": boolean, "num_inducing": optional(positive_int)}
+
     def _check(self):
-        self._set("learn_inducing", boolean("learn_inducing", self.learn_inducing))
         if isinstance(self.inducing, str) and self.inducing not in INDUCING_METHODS:
             raise ValueError(
                 f"inducing must be one of {list(INDUCING_METHODS)} or an array of shape (m, d), "
                 f"got {self.inducing!r}"
             )
-        if self.num_inducing is not None:
-            self._set("num_inducing", positive_int("num_inducing", self.num_inducing))

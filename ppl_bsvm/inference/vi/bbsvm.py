@@ -246,17 +246,8 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
         "elbo_step": np.arange(1, result.n_iter + 1),
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }
-    return Approximation(
-        idata=idata,
-        predictor=GaussianPredictor(
-            Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights)),
-            link=options.link, gamma=gamma,
-        ),
-        timings={"engine": elapsed},
-        trace=trace,
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=st.params,
-        jitter=jitter,
-        state=st,
+    latent = Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights))
+    return Approximation.from_run(
+        result, idata=idata, predictor=GaussianPredictor(latent, link=options.link, gamma=gamma),
+        seconds=elapsed, trace=trace, kernel_params=st.params, jitter=jitter,
     )

@@ -56,6 +56,7 @@ from .. import gaussian
 from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
 from .._common import (
     LinearData,
+    beta_idata,
     gaussian_idata,
     gp_setup,
     linear_setup,
@@ -221,6 +222,10 @@ class ECMLinearOptions(_ECMOptions, LinearPrior):
     """Options of ``fit(model="linear", method="ecm")`` (see :func:`ecm_linear`)."""
 
 
+def _predictor(latent: Latent, options: _ECMOptions) -> GaussianPredictor:
+    return GaussianPredictor(latent, link=options.link, gamma=options.gamma)
+
+
 @register("ecm", ("gp",), options=ECMGPOptions, memory=dense_bytes(4))
 def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> Approximation:
     """ECM (Henao et al. 2014): MAP of the GP Bayesian SVM = SVM without bias at C = 2 gamma.
@@ -262,16 +267,10 @@ def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> A
         attrs={"method": "ecm", "model": "gp", "stop_reason": result.stop_reason},
     )
     latent = Latent(gp_noisy, kernel, GPNoisy(setup.X, setup.params, fac.chol, fac.s, a))
-    return Approximation(
-        idata=idata,
-        predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
-        timings={"engine": elapsed},
-        trace={"objective": result.infos.objective},
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=setup.params,
+    return Approximation.from_run(
+        result, idata=idata, predictor=_predictor(latent, options), seconds=elapsed,
+        trace={"objective": result.infos.objective}, kernel_params=setup.params,
         jitter=setup.jitter,
-        state=result.state,
     )
 
 
@@ -302,24 +301,10 @@ def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approxima
     draws = mvn_draws(key, beta, chol_cov, options.num_draws)
     elapsed = time.perf_counter() - t0
 
-    idata = gaussian_idata(
-        {"beta": draws},
-        problem=problem,
-        coords={"feature": setup.features},
-        approximation={
-            "beta_mean": np.asarray(beta),
-            "beta_cov": np.asarray(cov),
-            "lam_hat": np.asarray(result.state.lam),
-        },
-        attrs={"method": "ecm", "model": "linear", "stop_reason": result.stop_reason},
-    )
+    idata = beta_idata(problem, setup.features, draws, beta, cov, method="ecm",
+                       stop_reason=result.stop_reason, lam_hat=result.state.lam)
     latent = Latent(linear_gaussian, options.intercept, LinearGaussian(beta, chol_prec))
-    return Approximation(
-        idata=idata,
-        predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
-        timings={"engine": elapsed},
+    return Approximation.from_run(
+        result, idata=idata, predictor=_predictor(latent, options), seconds=elapsed,
         trace={"objective": result.infos.objective},
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        state=result.state,
     )

@@ -45,7 +45,7 @@ from ...data import Problem
 from ...engine import Approximation, Draws, Iteration, LinearPrior, Link, Temperature
 from ...predictive import GaussianPredictor
 from ...result import Fit
-from .._common import LinearData, gaussian_idata, linear_setup, mvn_draws
+from .._common import LinearData, beta_idata, linear_setup, mvn_draws
 from ..latent import Latent, LinearGaussian, linear_gaussian
 from ..loop import relative_change, run
 from ..mvn import cov_factor, gaussian_from_precision, kl_precision
@@ -309,29 +309,14 @@ def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, 
     draws = mvn_draws(key, mu, factor, options.num_draws)
     intercept = setup.features[-1] == "intercept"
 
-    idata = gaussian_idata(
-        {"beta": draws},
-        problem=problem,
-        coords={"feature": setup.features},
-        approximation={
-            "beta_mean": np.asarray(mu),
-            "beta_cov": np.asarray(factor @ factor.T),
-            "alpha": np.asarray(alpha),
-            "prior_scale": np.asarray(jnp.exp(log_s)),
-            "elbo": np.asarray(value),
-        },
-        attrs={"method": method, "model": "linear", "stop_reason": result.stop_reason},
-    )
-    return Approximation(
-        idata=idata,
-        predictor=GaussianPredictor(Latent(linear_gaussian, intercept, LinearGaussian(mu, chol)),
-                                    link=options.link, gamma=options.gamma),
-        timings={"engine": elapsed},
-        trace=extra_trace,
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        options=resolved,
-        state=result.state,
+    idata = beta_idata(problem, setup.features, draws, mu, factor @ factor.T, method=method,
+                       stop_reason=result.stop_reason, alpha=alpha, prior_scale=jnp.exp(log_s),
+                       elbo=value)
+    latent = Latent(linear_gaussian, intercept, LinearGaussian(mu, chol))
+    return Approximation.from_run(
+        result, idata=idata,
+        predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
+        seconds=elapsed, trace=extra_trace, options=resolved,
         checkpoint=result if method == "svi" else None,
     )
 

@@ -615,20 +615,14 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         "rho": result.infos.rho,
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }
-    return Approximation(
-        idata=idata,
+    return Approximation.from_run(
+        result, idata=idata,
         predictor=GaussianPredictor(Latent(_latent_chunk, kernel, post), link=options.link,
                                     gamma=gamma),
-        timings={"engine": elapsed, "inducing": t_inducing},
-        trace=trace,
-        stop_reason=result.stop_reason,
-        n_iter=result.n_iter,
-        kernel_params=st.params,
-        jitter=jitter,
+        seconds=elapsed, trace=trace, timings={"inducing": t_inducing},
+        kernel_params=st.params, jitter=jitter, checkpoint=result,
         options={"num_inducing": m, "batch_size": batch_size, "store_f": store_f,
                  "devices": 1 if mesh is None else mesh.size},
-        state=st,
-        checkpoint=result,
     )
 
 

@@ -100,9 +100,7 @@ class RobbinsMonro(_Schedule):
     kappa: float = 0.6
 
     def __post_init__(self):
-        tau = positive_float("tau", self.tau)
-        if tau < 1.0:
-            raise ValueError(f"tau must be >= 1 so that rho_t <= 1, got {self.tau!r}")
+        tau = _at_least_one("tau", self.tau, " so that rho_t <= 1")
         kappa = self.kappa
         if isinstance(kappa, bool) or not isinstance(kappa, numbers.Real) or not 0 <= kappa <= 1:
             raise ValueError(f"kappa must be a number in [0, 1], got {kappa!r}")
@@ -111,6 +109,14 @@ class RobbinsMonro(_Schedule):
 
     def __call__(self, count):
         return (jnp.asarray(count, dtype=float) + self.tau) ** (-self.kappa)
+
+
+def _at_least_one(name: str, value, why: str = "") -> float:
+    """``value`` as a float ``>= 1`` (a delay or a memory); ``ValueError`` naming ``name``."""
+    value = positive_float(name, value)
+    if value < 1.0:
+        raise ValueError(f"{name} must be >= 1{why}, got {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +196,7 @@ class Adaptive:
     num_init: int = 5
 
     def __post_init__(self):
-        tau0 = positive_float("tau0", self.tau0)
-        if tau0 < 1.0:
-            raise ValueError(f"tau0 must be >= 1, got {self.tau0!r}")
-        object.__setattr__(self, "tau0", tau0)
+        object.__setattr__(self, "tau0", _at_least_one("tau0", self.tau0))
         object.__setattr__(self, "num_init", positive_int("num_init", self.num_init))
 
     def init(self, grads) -> AdaptiveState:

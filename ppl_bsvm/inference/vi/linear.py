@@ -75,7 +75,7 @@ __all__ = [
     "vi_init",
     "vi_step",
     "svi_init",
-    "svi_step_linear",
+    "linear_svi_step",
     "collapsed_elbo",
 ]
 
@@ -267,7 +267,7 @@ class SVIStatic(NamedTuple):
     hyper_every: int
 
 
-def svi_step_linear(static: SVIStatic, key, state: LinearSVIState, data: LinearData):
+def linear_svi_step(static: SVIStatic, key, state: LinearSVIState, data: LinearData):
     """One stochastic natural-gradient step (:func:`ppl_bsvm.inference.vi._svi.svi_step`)."""
     state, rec = svi_step(_svi_model(static.hyper_every), static.rate, static.batch_size,
                           static.elbo_every, data.Z.shape[0], key, state, data)
@@ -409,7 +409,7 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
     if previous is None:
         state, loop_key = svi_init(k_init, data, rate, batch_size)
     static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)
-    result = run(svi_step_linear, state, data, static=static, key=loop_key,
+    result = run(linear_svi_step, state, data, static=static, key=loop_key,
                  max_iter=options.max_iter, tol=options.tol, resume=previous)
     st = result.state
     mu, chol = gaussian_from_precision(st.eta1, st.prec)

@@ -145,7 +145,7 @@ def cv_error(X, y, splits, lengthscale, C):
         X_mod = jnp.asarray(X[index])
         K = jax.vmap(lambda Xi: kernels.gram(kernel, params, Xi))(X_mod)
         data = SVM2Data(K, jnp.asarray(y[index]), jnp.asarray(valid), jnp.asarray(C))
-        state = run(svm2_step, svm2_init(data), data, max_iter=100, tol=1e-12,
+        state = run(svm2_step, svm2_init(None, None, data), data, max_iter=100, tol=1e-12,
                     converged=svm2_converged).state
         errors = []
         for f, (_, val) in enumerate(splits):

@@ -14,9 +14,10 @@ the engine checks itself.
 
 The engine is then ``engine(problem, options, *, key[, kernel][, resume]) -> Approximation``
 (``kernel`` when registered with ``uses_kernel``, ``resume`` when it has a ``budget``). It
-runs its algorithm (BlackJAX style: ``init`` a ``NamedTuple`` state, a pure ``step(key,
-state, data) -> (state, info)`` iterated by :mod:`ppl_bsvm.inference.loop`, which passes the
-keys in) and finishes with an :class:`Approximation`: the arrays and predictor of the
+runs its algorithm (BlackJAX style: pure functions ``init(static, key, data, start) ->
+state`` and ``step(static, key, state, data) -> (state, info)`` over ``NamedTuple`` states,
+iterated by :mod:`ppl_bsvm.inference.loop`, which passes the keys in) and finishes with an
+:class:`Approximation`: the arrays and predictor of the
 approximation and how the run went. ``ppl_bsvm.api`` turns it into the one ``Fit`` every
 engine returns, in one place.
 """

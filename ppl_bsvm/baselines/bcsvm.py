@@ -241,7 +241,7 @@ def _module_step(K, y, valid, C, a, b, active, objective):
     return a_new, b_new, active_new, new_objective
 
 
-def svm2_init(data: SVM2Data) -> SVM2State:
+def svm2_init(_static, _key, data: SVM2Data, start=None) -> SVM2State:
     """``a = 0``, ``b = 0``: every point is on the wrong side of its margin (all active)."""
     a = jnp.zeros_like(data.y)
     b = jnp.zeros(data.y.shape[0], dtype=data.y.dtype)
@@ -490,7 +490,7 @@ def bcsvm(problem: Problem, options: BCSVMOptions, *, key, kernel: Kernel) -> Ap
     X_mod = jnp.asarray(problem.X[index], dtype=jnp.float64)
     K = jax.vmap(lambda Xi: gram(kernel, params, Xi, jitter))(X_mod)
     data = SVM2Data(K, jnp.asarray(problem.y[index]), jnp.asarray(valid), jnp.asarray(options.C))
-    result = run(svm2_step, svm2_init(data), data, max_iter=options.max_iter, tol=options.tol,
+    result = run(svm2_step, svm2_init(None, None, data), data, max_iter=options.max_iter, tol=options.tol,
                  converged=svm2_converged)
     state = result.state
     facs = jax.vmap(_support_factor, in_axes=(0, 0, None))(K, state.active, data.C)

@@ -167,7 +167,7 @@ def _site_factor(K, precision):
     return gaussian.factor(K, 1.0 / precision)
 
 
-def laplace_init(data: GPCData) -> LaplaceState:
+def laplace_init(_likelihood, _key, data: GPCData, start=None) -> LaplaceState:
     """Start at ``f = 0``."""
     zeros = jnp.zeros_like(data.y)
     return LaplaceState(zeros, zeros, jnp.asarray(-jnp.inf, dtype=data.K.dtype))
@@ -214,7 +214,7 @@ def _logit_tilted(y, mu_c, var_c):
     return log_z(mu_c), mu_c + var_c * d1(mu_c), var_c + var_c**2 * d2(mu_c)
 
 
-def ep_init(data: GPCData) -> EPState:
+def ep_init(_likelihood, _key, data: GPCData, start=None) -> EPState:
     """No sites: ``q(f)`` is the prior."""
     zeros = jnp.zeros_like(data.y)
     return EPState(zeros, zeros, data.K, zeros, jnp.asarray(-jnp.inf, dtype=data.K.dtype))
@@ -292,10 +292,6 @@ def ep_parallel_step(likelihood: str, _key, state: EPState, data: GPCData):
     tau = (1.0 - data.damping) * state.tau + data.damping * tau_new
     nu = (1.0 - data.damping) * state.nu + data.damping * nu_new
     return _ep_state(likelihood, data, tau, nu, state.log_z)
-
-
-def _converged(info: GPCInfo, tol):
-    return info.delta <= tol
 
 
 _STEPS = {"laplace": laplace_step, "ep": ep_step, "ep-parallel": ep_parallel_step}
@@ -392,8 +388,8 @@ def gpc(problem: Problem, options: GPCOptions, *, key, kernel: Kernel) -> Approx
     data = GPCData(setup.K, setup.y, jnp.asarray(options.site_damping, dtype=setup.K.dtype))
     parallel = approximation == "ep" and options.schedule == "parallel"
     variant = "ep-parallel" if parallel else approximation
-    result = run(_STEPS[variant], _INITS[variant](data), data, static=likelihood,
-                 max_iter=options.max_iter, tol=options.tol, converged=_converged)
+    result = run(_STEPS[variant], _INITS[variant](likelihood, None, data), data,
+                 static=likelihood, max_iter=options.max_iter, tol=options.tol)
     state = result.state
     precision = _site_precision(approximation, likelihood, data, state)
     fac = _site_factor(data.K, precision)

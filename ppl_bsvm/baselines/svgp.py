@@ -131,9 +131,11 @@ class SVGPData(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def svgp_init(kernel: Kernel, params, Z, jitter: float) -> SVGPState:
-    """``q(u) = p(u)``: ``eta1 = 0``, ``eta2 = -Kmm^{-1}/2``."""
-    prior = inducing_prior(kernel, params, Z, jitter)
+def svgp_init(static: SVGPStatic, _key, data: SVGPData, start) -> SVGPState:
+    """``q(u) = p(u)`` at the hyperparameters and inducing locations ``start = (params, Z)``:
+    ``eta1 = 0``, ``eta2 = -Kmm^{-1}/2``."""
+    params, Z = start
+    prior = inducing_prior(static.kernel, params, Z, static.jitter)
     m = Z.shape[0]
     Kinv = cho_solve((prior.chol, True), jnp.eye(m, dtype=Z.dtype))
     return SVGPState(jnp.zeros(m, Z.dtype), -0.5 * Kinv, params, Z, adam_init((params, Z)),
@@ -215,10 +217,6 @@ def step(static: SVGPStatic, key, state: SVGPState, data: SVGPData):
     )
     new = SVGPState(eta1, eta2, theta[0], theta[1], adam, state.t + 1)
     return new, SVGPInfo(bound, delta)
-
-
-def _converged(info: SVGPInfo, tol):
-    return info.delta <= tol
 
 
 class _Posterior(NamedTuple):
@@ -354,13 +352,13 @@ def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Appr
     y = jnp.asarray(problem.y, dtype=jnp.float64)
     params0 = kernel.init_params(problem.X)
     Z0 = jnp.asarray(Z0, dtype=jnp.float64)
-    state = svgp_init(kernel, params0, Z0, jitter)
     data = SVGPData(X, y, *(jnp.asarray(v, dtype=jnp.float64)
                             for v in (options.step_size, options.delay, decay, options.adam_lr)))
     static = SVGPStatic(kernel, likelihood, n, batch, options.learn_hyperparameters,
                         options.learn_inducing, num_quadrature, jitter)
+    state = svgp_init(static, None, data, (params0, Z0))
     result = run(step, state, data, static=static, key=key_loop, max_iter=options.max_iter,
-                 tol=options.tol, converged=_converged)
+                 tol=options.tol)
     state = result.state
     params, Z = state.params, state.Z
     mu, Sigma, kl, draws = _final_q(kernel, state.eta1, state.eta2, params, Z, jitter, key_draws,

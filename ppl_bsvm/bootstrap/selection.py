@@ -157,7 +157,7 @@ class Objective:
 
     def start_sites(self, params):
         """The start values of spec 5.3 at ``params``, concatenated ``(3N,)``."""
-        s0 = tap.init(self._data(params))
+        s0 = tap.init(None, None, self._data(params))
         return jnp.concatenate([s0.Lambda, s0.gamma, s0.lam])
 
     @entry_point

@@ -45,7 +45,7 @@ sweep's Jacobian ``J`` is solved by a damped iteration on vector-Jacobian produc
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -456,12 +456,21 @@ def start_precision(omega, target):
     return jnp.exp(0.5 * (lo + hi))
 
 
+class TAPStart(NamedTuple):
+    """Where :func:`init` starts: a given ``Lambda0``, or ``omega``, the eigenvalues of ``K``
+    (passed to save their computation when several ratios share ``K``)."""
+
+    Lambda0: Any = None
+    omega: Any = None
+
+
 @jax.jit
-def init(data: TAPData, Lambda0=None, omega=None) -> TAPState:
+def init(_config, _key, data: TAPData, start: TAPStart = TAPStart()) -> TAPState:
     """Start values of spec 5.3: ``Lambda = Lambda_0``, ``gamma = y Lambda_0``,
     ``lam = -Lambda_0^2`` with ``Lambda_0`` from :func:`start_precision` at
-    ``target = p Phi(-0.5)`` (or the given ``Lambda0``); ``omega``, the eigenvalues of
-    ``K``, can be passed to save their computation when several ratios share ``K``."""
+    ``target = p Phi(-0.5)`` (or ``start.Lambda0``). The engine-contract signature
+    (``init(static, key, data, start)``); the fixed point needs neither config nor key."""
+    Lambda0, omega = start
     n = data.y.shape[0]
     if Lambda0 is None:
         if omega is None:

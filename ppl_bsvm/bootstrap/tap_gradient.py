@@ -175,7 +175,7 @@ def fixed_point(
         Whether the mismatch fell below ``tol``.
     """
     if theta0 is None:
-        s0 = init(data)
+        s0 = init(None, None, data)
         theta0 = jnp.concatenate([s0.Lambda, s0.gamma, s0.lam])
     options = _SolveOptions(config, float(tol), int(max_iter), float(adjoint_tol))
     theta0 = jax.lax.stop_gradient(theta0)

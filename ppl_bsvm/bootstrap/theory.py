@@ -233,7 +233,7 @@ def oob_loss(kind: str, y, mean, var):
 
 def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
     data = _tap_data(setup, variant, ratio)
-    state0 = tap.init(data, omega=omega)
+    state0 = tap.init(None, None, data, tap.TAPStart(omega=omega))
     result = run(
         tap.step, state0, data, static=config, max_iter=max_iter, tol=tol,
         converged=tap.converged

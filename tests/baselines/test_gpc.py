@@ -91,7 +91,7 @@ def test_ep_with_one_site_is_exact():
     # eq. 3.58, reached by a single EP sweep (a fit needs two classes, so drive the step)
     with jax.enable_x64(True):
         data = GPCData(jnp.array([[2.5]]), jnp.array([-1.0]), jnp.asarray(1.0))
-        state, info = ep_step("probit", None, ep_init(data), data)
+        state, info = ep_step("probit", None, ep_init("probit", None, data), data)
         state2, _ = ep_step("probit", None, state, data)
     r = stats.norm.pdf(0.0) / stats.norm.cdf(0.0)
     assert float(info.objective) == pytest.approx(np.log(0.5), abs=1e-12)

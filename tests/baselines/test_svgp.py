@@ -84,14 +84,14 @@ def test_minibatch_bound_is_unbiased(heart):
     with jax.enable_x64(True):
         params = kernel.init_params(X)
         Z = jnp.asarray(X[::27])
-        state = svgp_init(kernel, params, Z, 1e-6)
+        data = SVGPData(jnp.asarray(X), jnp.asarray(y), *(jnp.asarray(v) for v in (0.5, 100.0, 0.0, 0.01)))
+        static = SVGPStatic(kernel, "probit", len(y), 32, False, False, 20, 1e-6)
+        state = svgp_init(static, None, data, (params, Z))
         # move q(u) away from the prior so that the likelihood term matters
         state = state._replace(eta1=jnp.linspace(-1.0, 1.0, Z.shape[0]))
-        data = SVGPData(jnp.asarray(X), jnp.asarray(y), *(jnp.asarray(v) for v in (0.5, 100.0, 0.0, 0.01)))
         mu, Sigma = from_natural(Natural(state.eta1, state.eta2))
         nodes, weights = gauss_hermite(20)
         exact = float(elbo(kernel, "probit", params, Z, mu, Sigma, data.X, data.y, 1.0, nodes, weights, 1e-6))
-        static = SVGPStatic(kernel, "probit", len(y), 32, False, False, 20, 1e-6)
         keys = jax.random.split(jax.random.key(3), 400)
         estimates = np.asarray(jax.jit(jax.vmap(lambda k: step(static, k, state, data)[1].elbo))(keys))
     # the n/|b|-weighted minibatch sum estimates the full bound without bias

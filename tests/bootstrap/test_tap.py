@@ -157,7 +157,7 @@ def _fixed_point(K, y, ratio, model="hard", C=1.0, noise=0.3, Lambda0=None, tol=
     config = tap.TAPConfig(model, 0 if model == "hard" else 30, 1.0)
     data = tap.TAPData(K, jnp.asarray(y), jnp.asarray(ratio), jnp.asarray(C), jnp.asarray(noise))
     state, _, n_iter, done = tap.solve(
-        config, tap.init(data, Lambda0), data, tol=tol, max_iter=max_iter
+        config, tap.init(None, None, data, tap.TAPStart(Lambda0)), data, tol=tol, max_iter=max_iter
     )
     assert bool(done), f"no convergence in {int(n_iter)} sweeps"
     moments, cav = _moments_and_cavity(K, state.Lambda, state.gamma, state.lam)
@@ -204,8 +204,9 @@ def test_several_starts_reach_one_fixed_point(crabs, rng):
     X, y = crabs
     K = _kernel_matrix(X, 3.0)
     data = tap.TAPData(K, jnp.asarray(y), jnp.asarray(1.0), jnp.asarray(1.0), jnp.asarray(1.0))
-    base = tap.init(data)
-    starts = [base, tap.init(data, 0.05 * base.Lambda[0]), tap.init(data, 20.0 * base.Lambda[0])]
+    base = tap.init(None, None, data)
+    starts = [base] + [tap.init(None, None, data, tap.TAPStart(c * base.Lambda[0]))
+                       for c in (0.05, 20.0)]
     noisy = base._replace(
         Lambda=base.Lambda * jnp.exp(rng.normal(0, 1, len(y))),
         gamma=base.gamma * jnp.exp(rng.normal(0, 1, len(y))),

@@ -60,6 +60,8 @@ __all__ = [
     "BatchOrder",
     "batch_order",
     "Batches",
+    "StreamKeys",
+    "stream_keys",
     "batches_init",
     "next_batch",
     "BatchStatistics",
@@ -152,14 +154,31 @@ def _epoch_map(key, order: BatchOrder, n):
     return a, jax.random.randint(k_c, (), 0, jnp.asarray(n, jnp.int64), dtype=jnp.int64)
 
 
-def batches_init(key, order: BatchOrder, n=None):
-    """Sampler over the ``n`` points of ``order`` (default all its rows); returns the
-    :class:`Batches` and the key from which the loop's stream of step keys goes on."""
-    n = order.order.shape[0] if n is None else n
+class StreamKeys(NamedTuple):
+    """The keys an SVI run draws from its initial key (:func:`stream_keys`)."""
+
+    epochs: tuple  # the maps of the first two epochs (:func:`batches_init`)
+    rate: tuple  # one per batch of the learning rate's initialisation (:func:`rate_init`)
+    loop: jnp.ndarray  # the loop's, from which every step's key is split
+
+
+def stream_keys(key, num_init: int) -> StreamKeys:
+    """Split ``key`` into the keys of an SVI run's initialisation and of its loop: the
+    engines' ``init`` draws from the first two, ``loop.run`` is given the third."""
     key, first, second = jax.random.split(key, 3)
-    a, c = _epoch_map(first, order, n)
-    next_a, next_c = _epoch_map(second, order, n)
-    return Batches(a, c, next_a, next_c, jnp.zeros((), jnp.int64)), key
+    rate = []
+    for _ in range(num_init):
+        key, sub = jax.random.split(key)
+        rate.append(sub)
+    return StreamKeys((first, second), tuple(rate), key)
+
+
+def batches_init(keys: StreamKeys, order: BatchOrder, n=None) -> Batches:
+    """Sampler over the ``n`` points of ``order`` (default all its rows)."""
+    n = order.order.shape[0] if n is None else n
+    a, c = _epoch_map(keys.epochs[0], order, n)
+    next_a, next_c = _epoch_map(keys.epochs[1], order, n)
+    return Batches(a, c, next_a, next_c, jnp.zeros((), jnp.int64))
 
 
 def next_batch(key, batches: Batches, order: BatchOrder, batch_size: int, n=None):
@@ -377,21 +396,19 @@ class StepRecord(NamedTuple):
     exact: jnp.ndarray
 
 
-def rate_init(key, rate, target, batch_size: int, n, state, data):
+def rate_init(keys: StreamKeys, rate, target, batch_size: int, n, state, data):
     """``state`` with its learning-rate state: ``rate.init`` of ``rate.num_init`` natural
     gradients of consecutive batches at the state's ``q`` (Ranganath et al.'s initialisation
-    of the adaptive rate; none for a schedule), which advance the batch stream. Returns the
-    state and the key the loop goes on from (``key`` after the batches' draws).
+    of the adaptive rate; none for a schedule), which advance the batch stream.
 
     ``target`` is :attr:`SVIModel.target`; ``n`` the number of points (may be traced).
     """
     grads = []
-    for _ in range(rate.num_init):
-        key, sub = jax.random.split(key)
-        idx, batches = next_batch(sub, state.batches, data.order, batch_size, n)
+    for key in keys.rate:
+        idx, batches = next_batch(key, state.batches, data.order, batch_size, n)
         state = state._replace(batches=batches)
         grads.append(natural_gradient(target(state, data, idx), state.eta1, state.prec)[2])
-    return state._replace(rate=rate.init(jnp.stack(grads) if grads else None)), key
+    return state._replace(rate=rate.init(jnp.stack(grads) if grads else None))
 
 
 def svi_step(model: SVIModel, rate, batch_size: int, elbo_every: int | None, n, key, state,

@@ -135,9 +135,10 @@ def _collapse(q: OptimalQ, data: BBSVMData, alpha):
     return new, q.bound + gain
 
 
-def init(kernel: Kernel, params, data: BBSVMData) -> BBSVMState:
-    """Start from ``q(f)`` = the prior: ``alpha_i = 1 + K_ii``."""
-    diag = kernel.diag(params, data.X)
+def init(static: Static, _key, data: BBSVMData, params) -> BBSVMState:
+    """Start from ``q(f)`` = the prior at the hyperparameters ``params``: ``alpha_i = 1 +
+    K_ii``."""
+    diag = static.kernel.diag(params, data.X)
     var = diag + data.jitter * jnp.mean(diag)  # the diagonal of gram()'s jittered K
     alpha = 1.0 + var
     value = jnp.sum(elbo_mod.collapsed_data_term(0.0, var, data.y, data.gamma))
@@ -222,7 +223,7 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
     params = kernel.init_params(problem.X)
     check_kernel_matrix(gram(kernel, params, X, jitter), kernel, jitter)
     static = Static(kernel, hyper_lr if learn else None)
-    result = run(step, init(kernel, params, data), data, static=static, max_iter=options.max_iter,
+    result = run(step, init(static, None, data, params), data, static=static, max_iter=options.max_iter,
                  tol=options.tol)
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)

@@ -129,7 +129,7 @@ def _gp_cm_step(data: GPData, lam):
     return f, a, fac
 
 
-def gp_init(data: GPData) -> ECMState:
+def gp_init(_static, _key, data: GPData, start=None) -> ECMState:
     """Start from ``f = 0`` (every ``lamhat = 1``)."""
     n = data.y.shape[0]
     zeros = jnp.zeros(n, data.K.dtype)
@@ -177,7 +177,7 @@ def _linear_cm_step(data: LinearData, lam):
     return beta, chol
 
 
-def linear_init(data: LinearData) -> ECMState:
+def linear_init(_static, _key, data: LinearData, start=None) -> ECMState:
     n, p = data.Z.shape
     zeros = jnp.zeros(p, data.Z.dtype)
     obj = map_objective(0.0, jnp.zeros(n, data.Z.dtype), data.gamma)
@@ -249,7 +249,8 @@ def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> A
     t0 = time.perf_counter()
     setup = gp_setup(problem, kernel, options.jitter)
     data = GPData(setup.K, setup.y, jnp.asarray(options.gamma), jnp.asarray(options.eps))
-    result = run(gp_step, gp_init(data), data, max_iter=options.max_iter, tol=options.tol)
+    result = run(gp_step, gp_init(None, None, data), data, max_iter=options.max_iter,
+                 tol=options.tol)
     lam = result.state.lam
     f_map, a, fac = _gp_cm_step(data, lam)
     f_var = gaussian.posterior_cov_diag(data.K, fac)
@@ -291,7 +292,7 @@ def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approxima
     setup = linear_setup(problem, options.intercept)
     data = LinearData(setup.Z, jnp.asarray(options.prior_scale), jnp.asarray(options.gamma),
                       eps=jnp.asarray(options.eps))
-    result = run(linear_step, linear_init(data), data, max_iter=options.max_iter,
+    result = run(linear_step, linear_init(None, None, data), data, max_iter=options.max_iter,
                  tol=options.tol)
     beta, chol_prec = _linear_cm_step(data, result.state.lam)
     p = beta.shape[0]

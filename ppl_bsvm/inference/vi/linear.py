@@ -64,6 +64,7 @@ from ._svi import (
     period_points,
     rate_init,
     recorded,
+    stream_keys,
     svi_step,
 )
 from ._options import HyperEvery, Learn, Stochastic
@@ -185,7 +186,7 @@ def collapsed_elbo(data: LinearData, mu, chol, log_s):
 # --- batch coordinate ascent --------------------------------------------------------------
 
 
-def vi_init(data: LinearData) -> LinearVIState:
+def vi_init(_static, _key, data: LinearData, start=None) -> LinearVIState:
     """Start from ``q(beta)`` = the prior."""
     p = data.Z.shape[1]
     log_s = jnp.log(data.prior_scale)
@@ -244,20 +245,6 @@ def _svi_model(hyper_every: int) -> SVIModel:
 _batch_order = jax.jit(batch_order, static_argnums=1)
 
 
-@functools.partial(jax.jit, static_argnames=("rate", "batch_size"))
-def svi_init(key, data: LinearData, rate, batch_size: int):
-    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch
-    gradients. Returns the state and the key of the loop."""
-    n, p = data.Z.shape
-    dtype = data.Z.dtype
-    log_s = jnp.log(data.prior_scale)
-    prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
-    batches, key = batches_init(key, data.order, n)
-    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None, batches,
-                           jnp.zeros((), jnp.int32), estimate_init(dtype))
-    return rate_init(key, rate, _svi_target, batch_size, n, state, data)
-
-
 class SVIStatic(NamedTuple):
     """Linear SVI's static settings (hashable: the loop compiles one program per value)."""
 
@@ -265,6 +252,21 @@ class SVIStatic(NamedTuple):
     batch_size: int
     elbo_every: int | None
     hyper_every: int
+
+
+@functools.partial(jax.jit, static_argnames=("static",))
+def svi_init(static: SVIStatic, key, data: LinearData, start=None) -> LinearSVIState:
+    """``q(beta)`` = the prior; the adaptive rate is seeded with ``rate.num_init`` batch
+    gradients drawn with ``key`` (:func:`~ppl_bsvm.inference.vi._svi.stream_keys`)."""
+    n, p = data.Z.shape
+    dtype = data.Z.dtype
+    keys = stream_keys(key, static.rate.num_init)
+    log_s = jnp.log(data.prior_scale)
+    prec = jnp.eye(p, dtype=dtype) * jnp.exp(-2.0 * log_s)
+    state = LinearSVIState(jnp.zeros(p, dtype), prec, log_s, None,
+                           batches_init(keys, data.order, n), jnp.zeros((), jnp.int32),
+                           estimate_init(dtype))
+    return rate_init(keys, static.rate, _svi_target, static.batch_size, n, state, data)
 
 
 def linear_svi_step(static: SVIStatic, key, state: LinearSVIState, data: LinearData):
@@ -346,7 +348,7 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
     t0 = time.perf_counter()
     setup = linear_setup(problem, options.intercept)
     data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters)
-    state = vi_init(data)
+    state = vi_init(None, None, data)
     result = run(vi_step, state, data, max_iter=options.max_iter, tol=options.tol)
     st = result.state
     elapsed = time.perf_counter() - t0
@@ -405,10 +407,11 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
                  n / batch_size, period_points(n, batch_size, options.check_every),
                  _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
+    static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)
     state = loop_key = None
     if previous is None:
-        state, loop_key = svi_init(k_init, data, rate, batch_size)
-    static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)
+        state = svi_init(static, k_init, data)
+        loop_key = stream_keys(k_init, rate.num_init).loop
     result = run(linear_svi_step, state, data, static=static, key=loop_key,
                  max_iter=options.max_iter, tol=options.tol, resume=previous)
     st = result.state

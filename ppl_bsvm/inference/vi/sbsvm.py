@@ -85,6 +85,7 @@ from ._svi import (
     estimate_init,
     period_points,
     rate_init,
+    stream_keys,
     recorded,
     svi_step,
     target_from_statistics,
@@ -305,23 +306,23 @@ def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
-def _init(key, params, Z, data: SBSVMData, config: Config):
+def init(config: Config, key, data: SBSVMData, start) -> SBSVMState:
+    """``q(v) = N(0, I)`` (the prior) at the hyperparameters and inducing locations ``start =
+    (params, Z)``, with the sampler, learning-rate and stopping-rule state, drawn with ``key``
+    (:func:`~ppl_bsvm.inference.vi._svi.stream_keys`)."""
+    params, Z = start
+    Z = jnp.asarray(Z, data.X.dtype)
     m = Z.shape[0]
     dtype = data.X.dtype
+    keys = stream_keys(key, config.rate.num_init)
     chol = _chol_Kmm(config.kernel, params, Z, data.jitter)
     eta1, prec = jnp.zeros(m, dtype), jnp.eye(m, dtype=dtype)
     opt = adam_init((params, Z) if config.learn_inducing else params)
-    batches, key = batches_init(key, data.order, data.n)
-    state = SBSVMState(eta1, prec, params, Z, chol, opt, None, batches,
-                       jnp.zeros((), jnp.int32), estimate_init(dtype))
-    return rate_init(key, config.rate, functools.partial(_target, config), config.batch_size,
+    state = SBSVMState(eta1, prec, params, Z, chol, opt, None,
+                       batches_init(keys, data.order, data.n), jnp.zeros((), jnp.int32),
+                       estimate_init(dtype))
+    return rate_init(keys, config.rate, functools.partial(_target, config), config.batch_size,
                      data.n, state, data)
-
-
-def init(key, params, Z, data: SBSVMData, config: Config):
-    """``q(v) = N(0, I)`` (the prior), sampler, learning-rate and stopping-rule state; returns
-    the state and the key of the loop (:func:`ppl_bsvm.inference.vi._svi.rate_init`)."""
-    return _init(key, params, jnp.asarray(Z, data.X.dtype), data, config)
 
 
 def _hyper_step(config: Config, state: SBSVMState, data: SBSVMData, idx):
@@ -577,7 +578,8 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     if previous is None:
         params = kernel.init_params(problem.X)
         _check_Kmm(kernel, params, Z, jitter)
-        state, loop_key = init(k_init, params, Z, data, config)
+        state = init(config, k_init, data, (params, Z))
+        loop_key = stream_keys(k_init, config.rate.num_init).loop
     result = run(step, state, data, static=config, key=loop_key, max_iter=options.max_iter,
                  tol=tol, resume=previous)
     st = result.state

@@ -87,7 +87,7 @@ def test_predictive_variance_sign_against_the_dense_formula_and_draws(toy_fit):
 
 def _converged_elbo(kernel, params, X, y):
     data = bbsvm.BBSVMData(jnp.asarray(X), jnp.asarray(y), jnp.asarray(1.0), jnp.asarray(1e-6))
-    result = run(bbsvm.step, bbsvm.init(kernel, params, data), data,
+    result = run(bbsvm.step, bbsvm.init(bbsvm.Static(kernel), None, data, params), data,
                  static=bbsvm.Static(kernel), max_iter=500,
                  tol=1e-12)
     return float(result.infos.elbo[-1])

@@ -13,6 +13,7 @@ from ppl_bsvm.inference.vi._svi import (
     estimate_init,
     estimate_push,
     next_batch,
+    stream_keys,
     period_points,
 )
 
@@ -21,7 +22,8 @@ from ppl_bsvm.inference.vi._svi import (
 def test_every_epoch_visits_every_point_once_and_never_the_padding(size, n, batch):
     with jax.enable_x64(True):
         order = batch_order(jax.random.key(4), size, n)
-        state, key = batches_init(jax.random.key(3), order, n)
+        keys = stream_keys(jax.random.key(3), 0)
+        state, key = batches_init(keys, order, n), keys.loop
         stream = []
         for _ in range(40):
             key, sub = jax.random.split(key)

@@ -98,6 +98,33 @@ class LinearData(NamedTuple):
     order: object = None
 
 
+class GPData(NamedTuple):
+    """The GP Bayesian SVM (``f ~ N(0, K)``) at fixed kernel hyperparameters as its engines
+    read it: traced, never baked into a compiled program. The first three fields are the
+    model's; the rest are engine settings, None where an engine has none. (The engines that
+    learn the hyperparameters, B-BSVM and S-BSVM, read the inputs ``X`` instead of ``K``.)
+
+    Attributes
+    ----------
+    K : (n, n)
+        The jittered prior covariance at the training inputs.
+    y : (n,)
+        Labels in {-1, +1}.
+    gamma : ()
+        Pseudo-likelihood temperature.
+    chol_K : (n, n), optional
+        Gibbs: the lower Cholesky factor of ``K``, computed once outside the loop.
+    eps : (), optional
+        ECM: floor of ``lamhat``.
+    """
+
+    K: jnp.ndarray
+    y: jnp.ndarray
+    gamma: jnp.ndarray
+    chol_K: jnp.ndarray | None = None
+    eps: jnp.ndarray | None = None
+
+
 def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:
     jitter = nonnegative_float("jitter", jitter)
     X = jnp.asarray(problem.X, dtype=jnp.float64)

@@ -103,7 +103,7 @@ def _gp_data(args: dict) -> GPData:
             f"the kernel matrix K + jitter (jitter={args['jitter']:g}, relative) is not "
             "positive definite or not finite; increase jitter or check the kernel parameters"
         )
-    return GPData(K, chol_K, y, _positive("gamma", args["gamma"], X.dtype))
+    return GPData(K, y, _positive("gamma", args["gamma"], X.dtype), chol_K=chol_K)
 
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from .._common import LinearData
+from .._common import GPData, LinearData
 from .conditionals import LAM_FLOOR, sample_beta, sample_f, sample_lam, sample_scale
 from .line_moves import _MAX_LINE_TRIALS, sample_line
 
@@ -30,15 +30,6 @@ __all__ = [
     "gibbs_step",
     "log_density",
 ]
-
-
-class GPData(NamedTuple):
-    """The GP model as the sampler sees it (``K`` factorised once, outside the loop)."""
-
-    K: jnp.ndarray  # (n, n) jittered prior covariance
-    chol_K: jnp.ndarray  # (n, n) its lower Cholesky factor
-    y: jnp.ndarray  # (n,)
-    gamma: jnp.ndarray  # ()
 
 
 class LineMoves(NamedTuple):

@@ -55,6 +55,7 @@ from ...predictive import GaussianPredictor
 from .. import gaussian
 from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
 from .._common import (
+    GPData,
     LinearData,
     beta_idata,
     gaussian_idata,
@@ -105,13 +106,6 @@ class ECMInfo(NamedTuple):
 
     objective: jnp.ndarray
     delta: jnp.ndarray
-
-
-class GPData(NamedTuple):
-    K: jnp.ndarray  # (n, n), jittered
-    y: jnp.ndarray  # (n,)
-    gamma: jnp.ndarray  # ()
-    eps: jnp.ndarray  # () floor of lamhat
 
 
 def _hinge_sum(margins):
@@ -248,7 +242,7 @@ def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> A
     """
     t0 = time.perf_counter()
     setup = gp_setup(problem, kernel, options.jitter)
-    data = GPData(setup.K, setup.y, jnp.asarray(options.gamma), jnp.asarray(options.eps))
+    data = GPData(setup.K, setup.y, jnp.asarray(options.gamma), eps=jnp.asarray(options.eps))
     result = run(gp_step, gp_init(None, None, data), data, max_iter=options.max_iter,
                  tol=options.tol)
     lam = result.state.lam

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from .._jax import to_device
 from .._checks import one_of, positive_int
 from .._shapes import bucket_size, pad_rows
 from ..data import check_X
@@ -123,8 +124,8 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndar
     weight[:n] = 1.0
     with jax.enable_x64(True):
         key = jax.random.key(int(seed))
-        centres = _kmeans(key, jnp.asarray(pad_rows(X, rows)), jnp.asarray(weight), m,
-                          2 + int(np.log(m)), jnp.asarray(max_iter))
+        centres = _kmeans(key, to_device(pad_rows(X, rows)), to_device(weight), m,
+                          2 + int(np.log(m)), to_device(max_iter, np.int64))
         return np.asarray(centres, dtype=np.float64)
 
 

@@ -141,11 +141,20 @@ def _default_key():
     return jax.random.key(0)
 
 
+@functools.lru_cache(maxsize=128)
+def _jitted(step: Callable):
+    """``step`` under ``jit`` with ``static`` compiled in: the segment traces it once for the
+    shape of its info and reuses that trace in the loop body (tracing a large step, S-BSVM's
+    with its hyperparameter gradient, costs a few tenths of a second in a new process)."""
+    return jax.jit(step, static_argnums=0)
+
+
 def _segment_loop(step: Callable, static, converged: Callable, length: int):
     """The traceable segment: at most ``min(length, limit)`` steps (see :func:`_compiled_loop`)."""
+    step = _jitted(step)
 
     def loop(key, state, data, tol, start, limit, min_iter):
-        info_shape = jax.eval_shape(functools.partial(step, static), key, state, data)[1]
+        info_shape = jax.eval_shape(step, static, key, state, data)[1]
         buffer = jax.tree.map(lambda s: _empty_like(s, length), info_shape)
         limit = jnp.minimum(limit, length)
 

@@ -47,14 +47,15 @@ class HyperEvery(Options):
 class Stochastic(Options):
     """Minibatch natural-gradient steps: ``batch_size`` (None: the engine's default for the
     data), ``learning_rate`` (``schedules.as_rate``), the stopping rule's period
-    ``check_every`` in epochs, and the optional exact-ELBO diagnostic ``elbo_every``."""
+    ``check_every`` in epochs (None: the engine's default for the data), and the optional
+    exact-ELBO diagnostic ``elbo_every``."""
 
     batch_size: int | None = None
     learning_rate: object = "robbins_monro"
-    check_every: float = 1.0
+    check_every: float | None = None
     elbo_every: int | None = None
 
-    _validators = {"batch_size": optional(positive_int), "check_every": positive_float,
+    _validators = {"batch_size": optional(positive_int), "check_every": optional(positive_float),
                    "elbo_every": optional(positive_int)}
 
     def _check(self):  # validated, kept as given (module docstring)

@@ -387,8 +387,9 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
         beyond twice their sampling error; see ``_svi.ElboEstimate``). Tighter than S-BSVM's:
         the linear model's posterior is narrow against the minibatch noise of ``q``, so
         looser values stop with means up to a posterior sd away (measured on Heart).
-    check_every : float, default=1.0
-        Length of a period of the stopping rule, in epochs (at least one minibatch).
+    check_every : float, optional
+        Length of a period of the stopping rule, in epochs (at least one minibatch); default
+        one epoch.
     elbo_every : int, optional
         Also evaluate the exact full-data ELBO (``O(n p^2)``) every this many steps, recorded
         as ``trace["elbo_exact"]`` (a diagnostic, not used for stopping).
@@ -404,7 +405,7 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
     setup = linear_setup(problem, options.intercept)
     k_init, k_draws = jax.random.split(key)
     data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters,
-                 n / batch_size, period_points(n, batch_size, options.check_every),
+                 n / batch_size, period_points(n, batch_size, options.check_every or 1.0),
                  _batch_order(jax.random.fold_in(k_init, 1), n))
     previous = None if resume is None else resume.checkpoint
     static = SVIStatic(rate, batch_size, elbo_every, options.hyper_every)

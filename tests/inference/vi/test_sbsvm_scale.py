@@ -72,6 +72,25 @@ def test_default_tol_loosens_beyond_100000_points():
     assert sbsvm.default_tol(100_001) == 5e-3
 
 
+def test_stopping_periods_are_epochs_up_to_300000_points_then_at_least_a_third_of_one():
+    assert sbsvm.default_check_every(10_000) == 1.0
+    assert sbsvm.default_check_every(300_000) == 1.0
+    assert sbsvm.default_check_every(500_000) == pytest.approx(0.6)
+    assert sbsvm.default_check_every(1_000_000) == pytest.approx(1 / 3)
+    assert sbsvm.default_check_every(5_000_000) == pytest.approx(1 / 3)
+    for n in (400_000, 1_000_000, 5_000_000):  # a period never has fewer than 300,000 points
+        assert sbsvm.default_check_every(n) * n >= sbsvm.PERIOD_MIN_POINTS - 1e-6
+
+
+def test_the_resolved_stopping_period_is_in_the_fit_options(toy2d):
+    X, y = toy2d
+    fit = ppl_bsvm.fit(X, y, method="svi", num_inducing=8, max_iter=30, progress_bar=False)
+    assert fit.options["check_every"] == 1.0
+    fit = ppl_bsvm.fit(X, y, method="svi", num_inducing=8, max_iter=30, check_every=0.5,
+                       progress_bar=False)
+    assert fit.options["check_every"] == 0.5
+
+
 def test_bad_devices_and_batch_multiple(toy2d):
     X, y = toy2d
     with pytest.raises(ValueError, match="devices=5 but JAX has"):

@@ -431,14 +431,17 @@ def default_check_every(n: int) -> float:
 
 def _mesh_and_batch(devices, batch_size, n: int):
     """The device mesh of the data-parallel steps (None for one device) and the batch size."""
-    if devices is None:
+    if devices is None and jax.process_count() > 1:
+        use = jax.devices()  # a distributed run: every batch over all processes' devices
+    elif devices is None:
         local = jax.local_devices()
         size = default_batch_size(n) if batch_size is None else batch_size
         use = local if len(local) > 1 and size >= MIN_ROWS_PER_DEVICE * len(local) else local[:1]
     elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
         local = jax.local_devices()
         if not 1 <= devices <= len(local):
-            raise ValueError(f"devices={devices} but JAX has {len(local)} local device(s)")
+            raise ValueError(f"devices={devices} but JAX has {len(local)} local device(s); "
+                             "pass jax.devices() to use every process's")
         use = local[:devices]
     else:
         try:
@@ -449,9 +452,10 @@ def _mesh_and_batch(devices, batch_size, n: int):
             ) from None
         if not use or not all(isinstance(dev, jax.Device) for dev in use):
             raise ValueError(f"devices must be a non-empty sequence of jax devices, got {devices!r}")
-        if any(dev not in jax.local_devices(backend=dev.platform) for dev in use):
-            raise ValueError("devices must be local to this process (jax.local_devices()); "
-                             "several hosts (jax.distributed) are not supported yet")
+        if any(dev not in jax.devices(dev.platform) for dev in use):
+            raise ValueError("devices must be among jax.devices()")
+        if not any(dev in jax.local_devices(backend=dev.platform) for dev in use):
+            raise ValueError("devices must include one of this process's (jax.local_devices())")
     k = len(use)
     if batch_size is None:
         batch_size = default_batch_size(n)
@@ -533,7 +537,10 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         Split every minibatch over these devices (data-parallel steps: each device computes
         its rows' share of the natural-gradient sums, one ``psum`` per step adds them; the
         iterates equal the one-device run's up to rounding). An int takes that many of
-        ``jax.local_devices()``. Default: every local device when the minibatch has at least
+        ``jax.local_devices()``; a sequence may hold other processes' devices of a
+        ``jax.distributed`` run (``jax.devices()``). Default: in a distributed run every
+        process's devices (each process calls ``fit`` with the same data and options and ends
+        with the same fit); otherwise every local device when the minibatch has at least
         :data:`MIN_ROWS_PER_DEVICE` rows per device, else one. The minibatch size must be a
         multiple of the number of devices (the default is rounded up to one).
     learning_rate : str, float, schedule or callable, default="robbins_monro"

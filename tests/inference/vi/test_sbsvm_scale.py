@@ -145,6 +145,59 @@ def test_data_parallel_steps_equal_the_one_device_run():
     assert "batch_size=101 is not a multiple of the 2 devices" in out["error"]
 
 
+_DISTRIBUTED = textwrap.dedent("""
+    import json, sys, warnings
+    warnings.simplefilter("ignore")
+    import jax
+    port, pid = sys.argv[1], int(sys.argv[2])
+    if pid >= 0:  # one of two processes of a jax.distributed run, CPU collectives by gloo
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                                   process_id=pid)
+    import numpy as np, ppl_bsvm
+    from ppl_bsvm import datasets
+    X, y = datasets.load("banana", standardize=True)
+    f = ppl_bsvm.fit(X[:1000], y[:1000], model="gp", method="svi", num_inducing=16,
+                     batch_size=200, learn_hyperparameters=True, hyper_every=3, max_iter=40,
+                     num_draws=10, seed=0, progress_bar=False)
+    a = f.idata["approximation"]
+    print(json.dumps({"u_mean": a["u_mean"].values.tolist(), "u_cov": a["u_cov"].values.tolist(),
+                      "f_mean": a["f_mean"].values.tolist(), "devices": f.options["devices"],
+                      "p": f.predict_proba(X[1000:1010]).tolist(), "processes": jax.process_count()}))
+""")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_of_a_distributed_run_share_every_step():
+    """``jax.distributed`` with two local processes (CPU collectives by gloo): by default each
+    batch is split over both processes' devices (one ``psum`` per step across them), and both
+    end with the one-process run's ``q`` to 1e-10."""
+    port = str(_free_port())
+    run = [sys.executable, "-c", _DISTRIBUTED, port]
+    procs = [subprocess.Popen(run + [str(pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for pid in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    single = subprocess.run(run[:-1] + ["0", "-1"], capture_output=True, text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    one = json.loads(single.stdout.strip().splitlines()[-1])
+    parts = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert one["devices"] == 1 and one["processes"] == 1
+    for part in parts:
+        assert part["devices"] == 2 and part["processes"] == 2
+        for name in ("u_mean", "u_cov", "f_mean", "p"):
+            a, b = np.asarray(one[name]), np.asarray(part[name])
+            assert np.max(np.abs(a - b)) <= 1e-10 * max(1.0, np.max(np.abs(a))), name
+
+
 def test_a_fit_that_cannot_fit_in_memory_fails_before_it_starts(monkeypatch):
     """Dense engines at n = 10^6 (8 TB per n x n matrix) and S-BSVM on more data than the
     machine has: a clear error naming the sizes, raised before X is even converted."""

@@ -121,7 +121,7 @@ class _Encoder:
             return {"t": "object", "cls": name,
                     "v": {k: self(v, f"{where}.{k}") for k, v in vars(obj).items()}}
         if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):
-            return {"t": "namedtuple", "cls": name,
+            return {"t": "namedtuple", "cls": name, "f": list(obj._fields),
                     "v": [self(v, f"{where}.{f}") for f, v in zip(obj._fields, obj)]}
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             fields = {f.name: self(getattr(obj, f.name), f"{where}.{f.name}")
@@ -229,6 +229,11 @@ class _Decoder:
             return {self(k): self(x) for k, x in v}
         if t == "namedtuple":
             cls = _resolve(node["cls"], "namedtuple")
+            saved = tuple(node.get("f", ()))
+            if len(v) != len(cls._fields) or (saved and saved != cls._fields):
+                was = f"the fields {list(saved)}" if saved else f"{len(v)} fields"
+                raise StateMismatch(f"the saved {node['cls']} has {was}, this version's "
+                                    f"{list(cls._fields)}")
             return cls(*[self(x) for x in v])
         if t == "dataclass":
             cls = _resolve(node["cls"], "dataclass")
@@ -252,13 +257,31 @@ class _Decoder:
         raise ValueError(f"malformed saved fit: unknown node type {t!r}")
 
 
-def decode(tree, arrays) -> dict[str, Any]:
-    """Rebuild the mapping :func:`encode` wrote; JAX arrays come back in float64."""
+class StateMismatch(ValueError):
+    """A saved ``NamedTuple`` whose fields differ from this version's class (an engine state
+    saved by another version)."""
+
+
+def decode(tree, arrays, optional=()) -> tuple[dict[str, Any], dict[str, str]]:
+    """Rebuild the mapping :func:`encode` wrote; JAX arrays come back in float64.
+
+    Returns the mapping and, for the top-level names in ``optional`` whose values hold a
+    ``NamedTuple`` of other fields than this version's (:class:`StateMismatch`), the reason:
+    those come back as None.
+    """
     if not isinstance(tree, dict):
         raise ValueError("malformed saved fit: the top level is not a mapping")
     decoder = _Decoder(arrays)
+    out, dropped = {}, {}
     with jax.enable_x64(True):
-        return {name: decoder(node) for name, node in tree.items()}
+        for name, node in tree.items():
+            try:
+                out[name] = decoder(node)
+            except StateMismatch as err:
+                if name not in optional:
+                    raise ValueError(f"malformed saved fit: {err}") from None
+                out[name], dropped[name] = None, str(err)
+    return out, dropped
 
 
 def to_bytes(fields: dict[str, Any], *, lenient=()) -> tuple[bytes, bytes]:
@@ -269,12 +292,12 @@ def to_bytes(fields: dict[str, Any], *, lenient=()) -> tuple[bytes, bytes]:
     return json.dumps(tree, allow_nan=False).encode(), buffer.getvalue()
 
 
-def from_bytes(tree_bytes: bytes, npz_bytes: bytes) -> dict[str, Any]:
-    """Inverse of :func:`to_bytes`; never unpickles."""
+def from_bytes(tree_bytes: bytes, npz_bytes: bytes, optional=()):
+    """Inverse of :func:`to_bytes`; never unpickles. Returns :func:`decode`'s pair."""
     try:
         tree = json.loads(tree_bytes)
         with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (ValueError, OSError) as err:
         raise ValueError(f"malformed saved fit: {err}") from None
-    return decode(tree, arrays)
+    return decode(tree, arrays, optional)

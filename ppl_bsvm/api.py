@@ -276,7 +276,13 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
     if not isinstance(previous, Fit):
         previous = load(previous)
     engine = get_engine(previous.model, previous.method)
-    if engine.budget is None or previous.checkpoint is None:
+    if engine.budget is not None and previous.checkpoint is None:
+        raise ValueError(
+            f"this {previous.model}/{previous.method} fit has no checkpoint to resume from (its "
+            "engine state was saved by another version of ppl_bsvm and not loaded); run fit "
+            "again with this version"
+        )
+    if engine.budget is None:
         raise ValueError(
             f"method={previous.method!r} (model={previous.model!r}) cannot be resumed; "
             f"resumable (model, method) pairs: {_resumable()}"

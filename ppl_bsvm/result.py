@@ -46,7 +46,11 @@ from .data import BinaryLabels, check_X
 
 __all__ = ["Fit", "STOP_REASONS", "load"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""3: ``NamedTuple`` states saved with their field names. A fit of format 2 (no names) loads
+too; an engine state whose fields this version's class no longer has is left out, with a
+warning (the fit predicts as saved and cannot be resumed)."""
+_READABLE = (2, 3)
 _POSTERIOR_FILE = "posterior.nc"
 _FIELDS_FILE = "fit.json"
 _ARRAYS_FILE = "arrays.npz"
@@ -355,7 +359,7 @@ def load(path) -> Fit:
             "fit with ppl_bsvm.fit on the same data and options and save it again (its "
             f"posterior stays readable with xarray.open_datatree('{_POSTERIOR_FILE}'))"
         )
-    if meta["format"] != FORMAT_VERSION:
+    if meta["format"] not in _READABLE:
         raise ValueError(
             f"{str(path)!r} was saved in format {meta['format']}; this ppl_bsvm reads format "
             f"{FORMAT_VERSION}"
@@ -374,7 +378,17 @@ def load(path) -> Fit:
     from .api import _load_engines
 
     _load_engines()  # the engines' modules register the types a fit may hold
-    fields = from_bytes((path / _FIELDS_FILE).read_bytes(), (path / _ARRAYS_FILE).read_bytes())
+    fields, dropped = from_bytes((path / _FIELDS_FILE).read_bytes(),
+                                 (path / _ARRAYS_FILE).read_bytes(),
+                                 optional=("state", "checkpoint"))
+    if dropped:
+        warnings.warn(
+            f"{str(path)!r}: the engine's final state was saved by another version of "
+            f"ppl_bsvm ({'; '.join(dropped.values())}) and is left out: the fit predicts as "
+            "saved, with its posterior and trace, but cannot be resumed",
+            UserWarning,
+            stacklevel=2,
+        )
     names = {f.name for f in dataclasses.fields(Fit)} - {"idata"}
     if set(fields) != names:
         raise ValueError(f"{str(path)!r}: malformed {_FIELDS_FILE} (fields "

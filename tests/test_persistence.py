@@ -320,3 +320,37 @@ def test_a_baseline_fit_loads_in_a_fresh_process(small, tmp_path):
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "fit"), str(tmp_path / "p.npy"),
                     str(tmp_path / "Xt.npy")], check=True, capture_output=True, timeout=300)
     np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), fit.predict_proba(Xt))
+
+
+def test_a_fit_whose_engine_state_changed_shape_loads_without_it(small, tmp_path):
+    """A fit saved by another version whose engine state had other fields (format 2: fields by
+    position only) loads with a warning, predicts as saved, and refuses to resume with a
+    message that says why."""
+    X, y, Xt = small
+    fit = _fit(small, "gp", "svi", {"max_iter": 40})
+    fit.save(tmp_path / "fit")
+    path = tmp_path / "fit" / "fit.json"
+    tree = json.loads(path.read_text())
+
+    def old(node):  # an earlier layout: no field names, Batches with one more field
+        if isinstance(node, dict):
+            if node.get("t") == "namedtuple":
+                node.pop("f", None)
+                if node["cls"].endswith(":Batches"):
+                    node["v"].append(node["v"][0])
+            for value in node.values():
+                old(value)
+        elif isinstance(node, list):
+            for value in node:
+                old(value)
+
+    old(tree)
+    path.write_text(json.dumps(tree))
+    meta = json.loads((tmp_path / "fit" / "meta.json").read_text())
+    (tmp_path / "fit" / "meta.json").write_text(json.dumps({**meta, "format": 2}))
+    with pytest.warns(UserWarning, match="cannot be resumed"):
+        loaded = ppl_bsvm.load(tmp_path / "fit")
+    assert loaded.state is None and loaded.checkpoint is None
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), fit.predict_proba(Xt))
+    with pytest.raises(ValueError, match="no checkpoint to resume from"):
+        ppl_bsvm.resume(loaded, X, y, max_iter=80)

@@ -13,7 +13,7 @@ import pytest
 
 import ppl_bsvm
 from ppl_bsvm import _memory, kernels
-from ppl_bsvm.inference.vi import sbsvm, sbsvm_marginals
+from ppl_bsvm.inference.vi import sbsvm, sbsvm_defaults, sbsvm_marginals
 from ppl_bsvm.inference.mvn import gaussian_from_precision
 
 KERNEL = kernels.RBF(lengthscale=1.1, variance=1.4)
@@ -53,12 +53,12 @@ def test_batch_marginals_and_statistics_both_forms_match_the_definition(b):
 
 
 def test_default_batch_size_is_the_papers_up_to_50000_then_500_steps_per_epoch():
-    assert sbsvm.default_batch_size(60) == 60
-    assert sbsvm.default_batch_size(5000) == 100
-    assert sbsvm.default_batch_size(50_000) == 100
-    assert sbsvm.default_batch_size(1_000_000) == 2000
-    assert sbsvm.default_batch_size(5_000_000) == 10_000
-    assert sbsvm.default_batch_size(10**9) == 20_000
+    assert sbsvm_defaults.default_batch_size(60) == 60
+    assert sbsvm_defaults.default_batch_size(5000) == 100
+    assert sbsvm_defaults.default_batch_size(50_000) == 100
+    assert sbsvm_defaults.default_batch_size(1_000_000) == 2000
+    assert sbsvm_defaults.default_batch_size(5_000_000) == 10_000
+    assert sbsvm_defaults.default_batch_size(10**9) == 20_000
 
 
 def test_hyperparameter_steps_use_at_most_1024_rows_of_the_batch():
@@ -68,18 +68,18 @@ def test_hyperparameter_steps_use_at_most_1024_rows_of_the_batch():
 
 
 def test_default_tol_loosens_beyond_100000_points():
-    assert sbsvm.default_tol(100_000) == 1e-4
-    assert sbsvm.default_tol(100_001) == 5e-3
+    assert sbsvm_defaults.default_tol(100_000) == 1e-4
+    assert sbsvm_defaults.default_tol(100_001) == 5e-3
 
 
 def test_stopping_periods_are_epochs_up_to_300000_points_then_at_least_a_third_of_one():
-    assert sbsvm.default_check_every(10_000) == 1.0
-    assert sbsvm.default_check_every(300_000) == 1.0
-    assert sbsvm.default_check_every(500_000) == pytest.approx(0.6)
-    assert sbsvm.default_check_every(1_000_000) == pytest.approx(1 / 3)
-    assert sbsvm.default_check_every(5_000_000) == pytest.approx(1 / 3)
+    assert sbsvm_defaults.default_check_every(10_000) == 1.0
+    assert sbsvm_defaults.default_check_every(300_000) == 1.0
+    assert sbsvm_defaults.default_check_every(500_000) == pytest.approx(0.6)
+    assert sbsvm_defaults.default_check_every(1_000_000) == pytest.approx(1 / 3)
+    assert sbsvm_defaults.default_check_every(5_000_000) == pytest.approx(1 / 3)
     for n in (400_000, 1_000_000, 5_000_000):  # a period never has fewer than 300,000 points
-        assert sbsvm.default_check_every(n) * n >= sbsvm.PERIOD_MIN_POINTS - 1e-6
+        assert sbsvm_defaults.default_check_every(n) * n >= sbsvm_defaults.PERIOD_MIN_POINTS - 1e-6
 
 
 def test_the_resolved_stopping_period_is_in_the_fit_options(toy2d):

@@ -3,17 +3,20 @@
 :meth:`Fit.save` writes a directory of data, no code::
 
     path/
-        posterior.nc   the ArviZ tree (posterior, sample_stats, approximation, ...) as netCDF:
-                       readable without ppl_bsvm (``xarray.open_datatree``)
-        fit.json       everything else as JSON: predictor (which latent-predictive function of
-                       the library, its kernel and settings), kernel and its fitted
-                       hyperparameters, labels, options, trace, engine state and resume
-                       checkpoint, their arrays named by key
-        arrays.npz     those arrays (``numpy.savez``; read with ``allow_pickle=False``)
-        meta.json      format version, library versions, method and model
+        meta.json          format version, library versions, method, model, the data's
+                           fingerprint, and the names and SHA-256 checksums of:
+        posterior.<g>.nc   the ArviZ tree (posterior, sample_stats, approximation, ...) as
+                           netCDF: readable without ppl_bsvm (``xarray.open_datatree``)
+        fit.<g>.json       everything else as JSON: predictor (which latent-predictive function
+                           of the library, its kernel and settings), kernel and its fitted
+                           hyperparameters, labels, options, trace, engine state and resume
+                           checkpoint, their arrays named by key
+        arrays.<g>.npz     those arrays (``numpy.savez``; read with ``allow_pickle=False``)
 
-and :func:`load` reads it back, executing nothing from the files (``ppl_bsvm._serial`` lists
-what it rebuilds); predictions of the loaded fit are identical to the original's. What is
+(``g`` counts the saves to the directory; ``ppl_bsvm._store`` says how a save replaces the
+previous one without losing it, checks integrity and keeps a second writer out), and
+:func:`load` reads it back, executing nothing from the files (``ppl_bsvm._serial`` lists what
+it rebuilds); predictions of the loaded fit are identical to the original's. What is
 not data is not saved: a baseline's scikit-learn estimator in ``Fit.state`` and a user's
 callable among the options come back as :class:`ppl_bsvm._serial.Unsaved` placeholders (their
 ``repr``). A fit with a custom kernel class loads once that class's module is imported.
@@ -29,8 +32,6 @@ back in float64.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import pickle
 import shutil
 import sys
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _store
 from ._checks import positive_int
 from ._runtime import entry_point
 from .data import BinaryLabels, check_X
@@ -51,10 +53,6 @@ FORMAT_VERSION = 3
 too; an engine state whose fields this version's class no longer has is left out, with a
 warning (the fit predicts as saved and cannot be resumed)."""
 _READABLE = (2, 3)
-_POSTERIOR_FILE = "posterior.nc"
-_FIELDS_FILE = "fit.json"
-_ARRAYS_FILE = "arrays.npz"
-_META_FILE = "meta.json"
 _UNSAVED_OK = ("options", "state")
 """Fields whose values that are not data are saved as placeholders instead of refused."""
 _NETCDF_ENGINE = "h5netcdf"
@@ -146,8 +144,11 @@ class Fit:
     def save(self, path, *, overwrite: bool = False) -> Path:
         """Write the fit to the directory ``path`` (see the module doc for its layout).
 
-        The directory is written next to ``path`` and renamed into place, so an interrupted
-        save (a checkpoint of a long run, say) leaves the previous copy intact.
+        The data files are written beside the current ones and committed by one atomic
+        rename of ``meta.json`` (``ppl_bsvm._store``), so an interrupted save (a checkpoint
+        of a long run, say) leaves the previous copy readable, and only files the library
+        wrote are ever removed. A second process saving to the same path at the same time is
+        refused.
 
         Parameters
         ----------
@@ -165,35 +166,16 @@ class Fit:
 
         path = Path(path)
         fields_json, arrays_npz = to_bytes(self._fields(with_idata=False), lenient=_UNSAVED_OK)
-        if path.exists():
-            if not _is_saved_fit(path):
-                raise ValueError(
-                    f"path {str(path)!r} exists and is not a saved ppl_bsvm Fit; choose a new path"
-                )
-            if not overwrite:
-                raise ValueError(
-                    f"path {str(path)!r} already holds a saved Fit; pass overwrite=True to replace it"
-                )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        try:
-            self.idata.to_netcdf(tmp / _POSTERIOR_FILE, engine=_NETCDF_ENGINE)
-            (tmp / _FIELDS_FILE).write_bytes(fields_json)
-            (tmp / _ARRAYS_FILE).write_bytes(arrays_npz)
-            (tmp / _META_FILE).write_text(json.dumps(_meta(self), indent=1) + "\n")
-            old = None
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                path.rename(old)
-            tmp.rename(path)
-            if old is not None:
-                shutil.rmtree(old)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+        writers = {
+            "posterior": lambda file: self.idata.to_netcdf(file, engine=_NETCDF_ENGINE),
+            "fields": lambda file: file.write_bytes(fields_json),
+            "arrays": lambda file: file.write_bytes(arrays_npz),
+        }
+        if _store.holds_lock(path):  # a checkpoint of a run that holds the path
+            _write(path, writers, _meta(self), overwrite)
+        else:
+            with _store.writer_lock(path):
+                _write(path, writers, _meta(self), overwrite)
         return path
 
     @property
@@ -302,15 +284,25 @@ def _versions() -> dict[str, str]:
 
 
 def _meta(fit: Fit) -> dict[str, Any]:
-    return {"format": FORMAT_VERSION, "method": fit.method, "model": fit.model, **_versions()}
+    return {"format": FORMAT_VERSION, "method": fit.method, "model": fit.model,
+            "fingerprint": fit.fingerprint, **_versions()}
 
 
-def _is_saved_fit(path: Path) -> bool:
-    try:
-        meta = json.loads((path / _META_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and "format" in meta
+def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:
+    if path.exists():
+        if not path.is_dir() or _store.read_meta(path) is None:
+            raise ValueError(
+                f"path {str(path)!r} exists and is not a saved ppl_bsvm Fit; choose a new path"
+            )
+        if not overwrite:
+            raise ValueError(
+                f"path {str(path)!r} already holds a saved Fit; pass overwrite=True to replace it"
+            )
+    else:
+        path.mkdir(parents=True)
+    _store.write(path, writers, meta)
+    for stale in _store.old_scheme_leftovers(path):  # an interrupted save of format 2
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _loads_fields(payload: bytes) -> dict[str, Any]:
@@ -346,24 +338,31 @@ def load(path) -> Fit:
     import xarray as xr
 
     path = Path(path)
-    if not _is_saved_fit(path):
+    meta = _store.read_meta(path)
+    if meta is None and not path.exists() and _store.old_scheme_leftovers(path):
+        found = _store.old_scheme_leftovers(path)[0]  # an interrupted format-2 save
+        warnings.warn(f"{str(path)!r} is missing: a save was interrupted; loading the copy it "
+                      f"left in {str(found)!r}", UserWarning, stacklevel=2)
+        path, meta = found, _store.read_meta(found)
+    if meta is None:
         raise ValueError(
-            f"path {str(path)!r} is not a saved ppl_bsvm Fit (no {_META_FILE} with a format "
-            "version); save one with Fit.save(path)"
+            f"path {str(path)!r} is not a saved ppl_bsvm Fit (no {_store.META_FILE} with a "
+            "format version); save one with Fit.save(path)"
         )
-    meta = json.loads((path / _META_FILE).read_text())
     if meta["format"] == 1:
         raise ValueError(
             f"{str(path)!r} was saved by an earlier ppl_bsvm in format 1, whose fit.pkl is a "
             "pickle that runs code when loaded; this version does not open it. Re-create the "
             "fit with ppl_bsvm.fit on the same data and options and save it again (its "
-            f"posterior stays readable with xarray.open_datatree('{_POSTERIOR_FILE}'))"
+            "posterior stays readable with xarray.open_datatree('posterior.nc'))"
         )
     if meta["format"] not in _READABLE:
         raise ValueError(
-            f"{str(path)!r} was saved in format {meta['format']}; this ppl_bsvm reads format "
-            f"{FORMAT_VERSION}"
+            f"{str(path)!r} was saved in format {meta['format']}; this ppl_bsvm reads formats "
+            f"{', '.join(map(str, _READABLE))}"
         )
+    _store.check_files(path, meta)
+    files = _store.files_of(meta)
     now = _versions()
     changed = {k: (meta.get(k), v) for k, v in now.items() if meta.get(k) != v}
     if changed:
@@ -378,8 +377,8 @@ def load(path) -> Fit:
     from .api import _load_engines
 
     _load_engines()  # the engines' modules register the types a fit may hold
-    fields, dropped = from_bytes((path / _FIELDS_FILE).read_bytes(),
-                                 (path / _ARRAYS_FILE).read_bytes(),
+    fields, dropped = from_bytes((path / files["fields"]).read_bytes(),
+                                 (path / files["arrays"]).read_bytes(),
                                  optional=("state", "checkpoint"))
     if dropped:
         warnings.warn(
@@ -391,8 +390,8 @@ def load(path) -> Fit:
         )
     names = {f.name for f in dataclasses.fields(Fit)} - {"idata"}
     if set(fields) != names:
-        raise ValueError(f"{str(path)!r}: malformed {_FIELDS_FILE} (fields "
+        raise ValueError(f"{str(path)!r}: malformed {files['fields']} (fields "
                          f"{sorted(set(fields) ^ names)} missing or unknown)")
-    with xr.open_datatree(path / _POSTERIOR_FILE, engine=_NETCDF_ENGINE) as tree:
+    with xr.open_datatree(path / files["posterior"], engine=_NETCDF_ENGINE) as tree:
         idata = tree.load()
     return Fit(idata=idata, **fields)

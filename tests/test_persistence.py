@@ -11,6 +11,7 @@ import xarray as xr
 
 import ppl_bsvm
 from ppl_bsvm.result import Fit
+from tests._saved import rewrite, saved_file
 
 # Short runs of every engine family: (model, method, options).
 SAVED = [
@@ -69,7 +70,7 @@ def test_save_load_and_pickle_round_trip_exactly(small, tmp_path, model, method,
     assert loaded.summary() == fit.summary()
     _assert_same_fit(fit, pickle.loads(pickle.dumps(fit)), Xt)
     # the posterior file is plain ArviZ netCDF, readable without ppl_bsvm
-    with xr.open_datatree(tmp_path / "fit" / "posterior.nc", engine="h5netcdf") as tree:
+    with xr.open_datatree(saved_file(tmp_path / "fit", "posterior"), engine="h5netcdf") as tree:
         assert set(tree.children) == set(fit.idata.children)
 
 
@@ -226,20 +227,20 @@ def test_load_executes_nothing_from_the_saved_directory(small, tmp_path):
     path = fit.save(tmp_path / "f")
     marker = tmp_path / "ran"
     assert not (path / "fit.pkl").exists()
-    assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "fit.json", "meta.json",
-                                                      "posterior.nc"]
+    assert sorted(p.name for p in path.iterdir()) == ["arrays.1.npz", "fit.1.json", "meta.json",
+                                                      "posterior.1.nc"]
     # a pickle dropped into a saved fit is never read
     (path / "fit.pkl").write_bytes(pickle.dumps(_Payload(marker)))
     loaded = ppl_bsvm.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(small[2]), fit.predict_proba(small[2]))
     # nor are pickles inside the array file
     np.save(path / "evil.npy", np.array([_Payload(marker)], dtype=object), allow_pickle=True)
-    (path / "arrays.npz").write_bytes(_npz_with(path / "arrays.npz", path / "evil.npy"))
+    rewrite(path, "arrays", _npz_with(saved_file(path, "arrays"), path / "evil.npy"))
     with pytest.raises(ValueError, match="malformed saved fit"):
         ppl_bsvm.load(path)
     # a fit.json naming a function or a class outside the library is refused, not called
     fit.save(path, overwrite=True)
-    original = (path / "fit.json").read_text()
+    original = saved_file(path, "fields").read_text()
     for node in (
         {"t": "function", "name": "posix:system"},
         {"t": "namedtuple", "cls": "posix:system", "v": [f"touch {marker}"]},
@@ -249,7 +250,7 @@ def test_load_executes_nothing_from_the_saved_directory(small, tmp_path):
     ):
         tree = json.loads(original)
         tree["options"] = node
-        (path / "fit.json").write_text(json.dumps(tree))
+        rewrite(path, "fields", json.dumps(tree).encode())
         with pytest.raises(ValueError, match="saved fit names"):
             ppl_bsvm.load(path)
     assert not marker.exists()
@@ -329,7 +330,7 @@ def test_a_fit_whose_engine_state_changed_shape_loads_without_it(small, tmp_path
     X, y, Xt = small
     fit = _fit(small, "gp", "svi", {"max_iter": 40})
     fit.save(tmp_path / "fit")
-    path = tmp_path / "fit" / "fit.json"
+    path = saved_file(tmp_path / "fit", "fields")
     tree = json.loads(path.read_text())
 
     def old(node):  # an earlier layout: no field names, Batches with one more field
@@ -345,12 +346,139 @@ def test_a_fit_whose_engine_state_changed_shape_loads_without_it(small, tmp_path
                 old(value)
 
     old(tree)
-    path.write_text(json.dumps(tree))
-    meta = json.loads((tmp_path / "fit" / "meta.json").read_text())
-    (tmp_path / "fit" / "meta.json").write_text(json.dumps({**meta, "format": 2}))
+    rewrite(tmp_path / "fit", "fields", json.dumps(tree).encode())
+    # format 2's layout: fixed file names, no generations or checksums
+    saved = tmp_path / "fit"
+    for key, name in (("posterior", "posterior.nc"), ("fields", "fit.json"),
+                      ("arrays", "arrays.npz")):
+        saved_file(saved, key).rename(saved / name)
+    meta = json.loads((saved / "meta.json").read_text())
+    meta = {k: v for k, v in meta.items() if k not in ("files", "sha256", "generation")}
+    (saved / "meta.json").write_text(json.dumps({**meta, "format": 2}))
     with pytest.warns(UserWarning, match="cannot be resumed"):
         loaded = ppl_bsvm.load(tmp_path / "fit")
     assert loaded.state is None and loaded.checkpoint is None
     np.testing.assert_array_equal(loaded.predict_proba(Xt), fit.predict_proba(Xt))
     with pytest.raises(ValueError, match="no checkpoint to resume from"):
         ppl_bsvm.resume(loaded, X, y, max_iter=80)
+
+
+_GIBBS = {"num_samples": 40, "num_warmup": 40, "num_chains": 2}
+
+
+def test_overwrite_keeps_the_files_the_library_did_not_write(small, tmp_path):
+    fit = _fit(small, "gp", "ecm", {})
+    path = fit.save(tmp_path / "fit")
+    (path / "notes.txt").write_text("mine")
+    fit.save(path, overwrite=True)
+    assert (path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in path.iterdir()) == ["arrays.2.npz", "fit.2.json", "meta.json",
+                                                      "notes.txt", "posterior.2.nc"]
+    # a directory whose meta.json merely has a "format" key is not a saved fit: untouched
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.json").write_text('{"format": 3}')
+    (other / "data.csv").write_text("1,2")
+    with pytest.raises(ValueError, match="not a saved ppl_bsvm Fit"):
+        fit.save(other, overwrite=True)
+    assert sorted(p.name for p in other.iterdir()) == ["data.csv", "meta.json"]
+
+
+def test_an_interrupted_save_leaves_the_old_fit_and_the_next_save_cleans_up(small, tmp_path,
+                                                                            monkeypatch):
+    """Fault injection: the process dies after writing the new files, before the commit (the
+    rename of meta.json): the directory still loads as the old fit; the next save removes the
+    dead save's files."""
+    from ppl_bsvm import _store
+
+    Xt = small[2]
+    first, second = _fit(small, "gp", "ecm", {}), _fit(small, "gp", "vi", {})
+    path = first.save(tmp_path / "fit")
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_store.os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            second.save(path, overwrite=True)
+    assert {"posterior.2.nc", "fit.2.json", "arrays.2.npz"} <= {p.name for p in path.iterdir()}
+    np.testing.assert_array_equal(ppl_bsvm.load(path).predict_proba(Xt), first.predict_proba(Xt))
+    second.save(path, overwrite=True)
+    assert sorted(p.name for p in path.iterdir()) == ["arrays.2.npz", "fit.2.json", "meta.json",
+                                                      "posterior.2.nc"]
+    np.testing.assert_array_equal(ppl_bsvm.load(path).predict_proba(Xt), second.predict_proba(Xt))
+    assert not (tmp_path / ".fit.lock").exists()
+
+
+def test_a_copy_left_by_an_interrupted_format_2_save_is_found_and_then_removed(small, tmp_path):
+    """Format 2 saved by renaming directories: a kill between the renames left the fit only in
+    ``.<name>.tmp-PID``; load finds it there, and the next save removes it."""
+    Xt = small[2]
+    fit = _fit(small, "gp", "ecm", {})
+    saved = fit.save(tmp_path / "x")
+    for key, name in (("posterior", "posterior.nc"), ("fields", "fit.json"),
+                      ("arrays", "arrays.npz")):
+        saved_file(saved, key).rename(saved / name)
+    meta = json.loads((saved / "meta.json").read_text())
+    meta = {k: v for k, v in meta.items() if k not in ("files", "sha256", "generation")}
+    (saved / "meta.json").write_text(json.dumps({**meta, "format": 2}))
+    saved.rename(tmp_path / ".fit.tmp-99999999")
+    with pytest.warns(UserWarning, match="interrupted"):
+        loaded = ppl_bsvm.load(tmp_path / "fit")
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), fit.predict_proba(Xt))
+    loaded.save(tmp_path / "fit")
+    assert not (tmp_path / ".fit.tmp-99999999").exists()
+
+
+def test_a_changed_byte_is_caught_by_the_checksum(small, tmp_path):
+    path = _fit(small, "gp", "ecm", {}).save(tmp_path / "fit")
+    for key in ("posterior", "fields", "arrays"):
+        file = saved_file(path, key)
+        good = file.read_bytes()
+        bad = bytearray(good)
+        bad[len(bad) // 2] ^= 1
+        file.write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=f"{file.name} does not match the checksum"):
+            ppl_bsvm.load(path)
+        file.write_bytes(good)
+    ppl_bsvm.load(path)
+
+
+def test_a_checkpoint_never_replaces_another_fit_and_is_checked_before_the_run(small,
+                                                                              tmp_path):
+    _fit(small, "gp", "ecm", {}).save(tmp_path / "ck")
+    with pytest.raises(ValueError, match="holds another fit"):
+        _fit(small, "linear", "gibbs", {**_GIBBS, "num_samples": 10**7},
+             checkpoint=tmp_path / "ck")  # refused at once, not after 10^7 draws
+    assert ppl_bsvm.load(tmp_path / "ck").method == "ecm"
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a saved ppl_bsvm Fit"):
+        _fit(small, "linear", "gibbs", {**_GIBBS, "num_samples": 10**7},
+             checkpoint=tmp_path / "notes")
+    # a run of the same fit on the same data may write its checkpoint again
+    for _ in range(2):
+        _fit(small, "linear", "gibbs", _GIBBS, checkpoint=tmp_path / "same")
+    assert ppl_bsvm.load(tmp_path / "same").method == "gibbs"
+
+
+def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(small, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    lock = tmp_path / ".ck.lock"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        lock.write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname()}))
+        with pytest.raises(ValueError, match="being written by another run"):
+            _fit(small, "linear", "gibbs", _GIBBS, checkpoint=tmp_path / "ck")
+        with pytest.raises(ValueError, match="being written by another run"):
+            _fit(small, "gp", "ecm", {}).save(tmp_path / "ck")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    fit = _fit(small, "linear", "gibbs", _GIBBS, checkpoint=tmp_path / "ck")
+    assert not lock.exists()
+    assert ppl_bsvm.load(tmp_path / "ck").n_iter == fit.n_iter

@@ -8,6 +8,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import ppl_bsvm
 from ppl_bsvm import RVMClassifier, RVMRegressor, kernels
 from ppl_bsvm.baselines.rvm_algorithms import design_matrix
+from tests._saved import rewrite, saved_file
 
 KERNEL = kernels.RBF(lengthscale=2.0)
 
@@ -132,10 +133,10 @@ def test_a_fit_saved_before_the_algorithms_had_their_module_still_loads(heart, t
     X, y = heart
     fit = ppl_bsvm.fit(X[:60], y[:60], method="rvm", num_draws=10)
     path = fit.save(tmp_path / "fit")
-    text = (path / "fit.json").read_text()
+    text = saved_file(path, "fields").read_text()
     new = "ppl_bsvm.baselines.rvm_algorithms:RVMResult"
     assert new in text
-    (path / "fit.json").write_text(text.replace(new, "ppl_bsvm.baselines.rvm:RVMResult"))
+    rewrite(path, "fields", text.replace(new, "ppl_bsvm.baselines.rvm:RVMResult").encode())
     loaded = ppl_bsvm.load(path)
     assert type(loaded.state) is type(fit.state)
     np.testing.assert_array_equal(loaded.state.mean, fit.state.mean)

@@ -26,6 +26,6 @@ def as_key(seed):
         return seed
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be a non-negative int or a JAX PRNG key, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in [0, 2**63), got {seed}")
     return jax.random.key(int(seed))

@@ -105,9 +105,17 @@ def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(f"{name} must be real, got complex dtype {arr.dtype}")
     if arr.ndim != 2:
+        if arr.ndim == 1 and n_features is not None and n_features > 1 \
+                and arr.shape[0] == n_features:
+            hint = f"reshape a single row with {name}.reshape(1, -1)"
+        elif arr.ndim == 1:
+            hint = (f"reshape a single feature with {name}.reshape(-1, 1), a single row with "
+                    f"{name}.reshape(1, -1)")
+        else:
+            hint = "give a 2-D array"
         raise ValueError(
             f"{name} must be 2-D of shape (n_samples, n_features), got {arr.ndim}-D shape "
-            f"{arr.shape}; reshape a single feature with X.reshape(-1, 1)"
+            f"{arr.shape}; {hint}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} is empty: shape {arr.shape}")

@@ -278,3 +278,16 @@ def test_diverging_iterates_stop_with_an_error_naming_the_step(data, model):
                                                  r"iteration \d+ in state\.eta1, state\.prec"):
         ppl_bsvm.fit(X, y, model=model, method="svi", max_iter=50,
                      learning_rate=lambda count: jnp.where(count > 5, jnp.nan, 0.5))
+
+
+def test_a_seed_too_large_for_a_key_is_a_value_error(data):
+    X, y = data
+    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*63\)"):
+        ppl_bsvm.fit(X, y, model="linear", method="ecm", seed=2**70)
+
+
+def test_a_single_row_to_predict_is_told_how_to_reshape(data):
+    X, y = data
+    fit = ppl_bsvm.fit(X, y, model="linear", method="ecm")
+    with pytest.raises(ValueError, match=r"single row with X.reshape\(1, -1\)"):
+        fit.predict_proba(X[0])

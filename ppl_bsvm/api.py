@@ -447,6 +447,7 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
     if not isinstance(approx, Approximation):
         raise TypeError(f"engine {engine.fn.__name__} returned {type(approx).__name__}, "
                         "not an Approximation")
+    _check_finite(approx.idata, engine)
     timings = dict(approx.timings)
     total = time.perf_counter() - start
     if previous is not None:
@@ -469,6 +470,28 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
         timings={**timings, "total": total},
         **shared,
     )
+
+
+_CHECKED_GROUPS = ("posterior", "approximation")
+
+
+def _check_finite(idata, engine: Engine) -> None:
+    """``FloatingPointError`` when a draw or a parameter of the approximation is NaN or inf:
+    a fit never returns them (a breakdown of the arithmetic, not a result)."""
+    for group in _CHECKED_GROUPS:
+        if group not in idata.children:
+            continue
+        for name, var in idata[group].data_vars.items():
+            values = np.asarray(var.values)
+            if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
+                bad = int(np.sum(~np.isfinite(values)))
+                raise FloatingPointError(
+                    f"method={engine.method!r} (model={engine.model!r}) produced {bad} "
+                    f"non-finite value(s) of {values.size} in {group}.{name}: the arithmetic "
+                    "broke down. A kernel matrix that is singular or nearly so (a very long "
+                    "lengthscale, repeated inputs, jitter=0) is the usual cause: increase "
+                    "jitter or shorten the lengthscale; standardise the inputs"
+                )
 
 
 def _add_timings(old: dict, new: dict) -> dict:

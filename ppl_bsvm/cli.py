@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import sys
 
 __all__ = ["main", "build_parser"]
@@ -62,7 +63,29 @@ def _load(args):
     n = getattr(args, "n", None)
     if n is not None and args.dataset not in datasets.list_generators():
         raise _UsageError("--n applies to generated data sets only")
-    return datasets.load(args.dataset, n=n, seed=args.seed) if n else datasets.load(args.dataset)
+    if n is not None and n < 1:
+        raise _UsageError(f"--n must be a positive integer, got {n}")
+    if args.seed < 0:
+        raise _UsageError(f"--seed must be >= 0, got {args.seed}")
+    if n is not None:
+        return datasets.load(args.dataset, n=n, seed=args.seed)
+    return datasets.load(args.dataset)
+
+
+def _writable(folder: str) -> str:
+    """``folder``, created if needed, or a usage error before any work when it cannot be
+    written (a report written after minutes of fits must not fail then)."""
+    from pathlib import Path
+
+    path = Path(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".ppl-bsvm-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise _UsageError(f"--out {folder!r} cannot be written: {err.strerror or err}") from None
+    return folder
 
 
 def _cmd_datasets(args) -> int:
@@ -124,7 +147,7 @@ def _cmd_compare(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     options = _parse_options(args.option, prefixed=True)
     X, y = _load(args)
-    folder = None if args.no_report else (
+    folder = None if args.no_report else _writable(
         args.out or f"reports/compare_{args.dataset}_{args.model}"
     )
     table, fits, path = run_comparison(
@@ -145,7 +168,7 @@ def _cmd_compare(args) -> int:
 def _cmd_demo(args) -> int:
     from ppl_bsvm.compare.demo import run_demo
 
-    run_demo(args.out or "reports/demo")
+    run_demo(_writable(args.out or "reports/demo"))
     return 0
 
 

@@ -78,6 +78,11 @@ class Problem(NamedTuple):
         return self.X.shape[1]
 
 
+MAX_ABS = 1e150
+"""Largest absolute input value accepted: squares and their sums over up to 10^7 terms (kernel
+distances, Gram matrices ``Z^T Z``) stay finite in float64 (``1e150^2 = 1e300``)."""
+
+
 def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     """Return ``X`` as a C-contiguous float64 2-D array with finite entries.
 
@@ -120,13 +125,23 @@ def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} is empty: shape {arr.shape}")
     arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
+    lo, hi = float(arr.min()), float(arr.max())  # NaN if any is; no temporary array
+    if not (np.isfinite(lo) and np.isfinite(hi)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         kind = "NaN" if np.isnan(arr[tuple(bad)]) else "inf"
         count = int(np.sum(~np.isfinite(arr)))
         raise ValueError(
             f"{name} contains {count} non-finite value(s) ({kind} first at row {bad[0]}, "
             f"column {bad[1]}); remove or impute them"
+        )
+    biggest = max(-lo, hi)
+    if biggest > MAX_ABS:
+        row, col = np.unravel_index(int(np.argmax(np.abs(arr))), arr.shape)
+        raise ValueError(
+            f"{name} has values up to {biggest:.3g} in absolute value (row {row}, column "
+            f"{col}), beyond {MAX_ABS:g}: their squares overflow float64 and every engine's "
+            "arithmetic with them. Standardise the features (e.g. sklearn's StandardScaler, or "
+            "ppl_bsvm.datasets.load(..., standardize=True))"
         )
     if n_features is not None and arr.shape[1] != n_features:
         raise ValueError(

@@ -210,7 +210,8 @@ class Fit:
         -------
         mean, var : ndarray of shape (n*,)
         """
-        return self.predictor.latent(self._check_X(X))
+        return tuple(self._finite(a, "latent predictive")
+                     for a in self.predictor.latent(self._check_X(X)))
 
     @entry_point
     def predict_proba(self, X, link: str | None = None) -> np.ndarray:
@@ -226,7 +227,21 @@ class Fit:
         -------
         ndarray of shape (n*,)
         """
-        return self.predictor.proba(self._check_X(X), link)
+        return self._finite(self.predictor.proba(self._check_X(X), link), "probabilities")
+
+    def _finite(self, values, what: str) -> np.ndarray:
+        """``values``, or ``FloatingPointError`` when any is NaN or inf: predictions that broke
+        down are never returned."""
+        values = np.asarray(values)
+        if not np.all(np.isfinite(values)):
+            raise FloatingPointError(
+                f"the {what} of method={self.method!r} (model={self.model!r}) are not finite "
+                f"at {int(np.sum(~np.isfinite(values)))} of {values.size} points: its "
+                "arithmetic broke down. A kernel matrix that is singular or nearly so (a very "
+                "long lengthscale, repeated inputs, jitter=0) is the usual cause: increase "
+                "jitter or shorten the lengthscale; standardise the inputs"
+            )
+        return values
 
     @entry_point
     def sample_latent(self, X, num_draws: int = 1000, seed: int = 0) -> np.ndarray:

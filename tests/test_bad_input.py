@@ -291,3 +291,53 @@ def test_a_single_row_to_predict_is_told_how_to_reshape(data):
     fit = ppl_bsvm.fit(X, y, model="linear", method="ecm")
     with pytest.raises(ValueError, match=r"single row with X.reshape\(1, -1\)"):
         fit.predict_proba(X[0])
+
+
+# --- numerical faults (issue "Nothing silent": the reproductions) -----------------------------
+
+
+@pytest.mark.parametrize("model,method", [("linear", "svi"), ("linear", "ecm"), ("gp", "rvm")])
+def test_inputs_whose_squares_overflow_are_refused_up_front(data, model, method):
+    X, y = data
+    X = X.copy()
+    X[-1, 0] = 1e300
+    with pytest.raises(ValueError, match=r"X has values up to 1e\+300.*Standardise the features"):
+        ppl_bsvm.fit(X, y, model=model, method=method)
+
+
+def test_prediction_rows_whose_squares_overflow_are_refused(data):
+    X, y = data
+    fit = ppl_bsvm.fit(X, y, method="bcsvm", module_size=20, query_size=20)
+    with pytest.raises(ValueError, match="Standardise the features"):
+        fit.predict_proba(np.full((2, 2), 1e300))
+
+
+@pytest.mark.parametrize("method", ["ecm", "vi", "gpc"])
+def test_a_singular_kernel_matrix_gives_finite_draws_not_nan(data, method):
+    """K = k(X, X) with a lengthscale of 10^6 and no jitter is all ones (rank one): the draws
+    of f come from the degenerate posterior (gaussian.psd_sqrt), never NaN."""
+    X, y = data
+    fit = ppl_bsvm.fit(X, y, method=method, kernel=RBF(lengthscale=1e6), jitter=0.0,
+                       **CHEAP.get(method, {}))
+    draws = fit.posterior["f"].values
+    assert np.all(np.isfinite(draws)) and np.all(np.isfinite(fit.predict_proba(X)))
+
+
+def test_non_finite_draws_are_an_error_never_returned(data, monkeypatch):
+    """The last line of defence: an engine whose draws broke down raises, naming them."""
+    from ppl_bsvm.inference import gaussian
+
+    X, y = data
+    monkeypatch.setattr(gaussian, "sample_posterior",
+                        lambda key, K, fac, mean, num_draws: np.full((num_draws, len(mean)), np.nan))
+    with pytest.raises(FloatingPointError, match=r"non-finite value.*posterior\.f.*jitter"):
+        ppl_bsvm.fit(X, y, method="ecm", **CHEAP["ecm"])
+
+
+def test_predictions_that_break_down_are_an_error_not_nan(data):
+    X, y = data
+    fit = ppl_bsvm.fit(X, y, method="bcsvm", kernel=RBF(lengthscale=1e6), jitter=0.0,
+                       module_size=20, query_size=20)
+    for predict in (fit.predict_proba, fit.predict):
+        with pytest.raises(FloatingPointError, match="not finite.*increase jitter"):
+            predict(X)

@@ -27,6 +27,11 @@ def test_datasets_and_methods(capsys):
         (["fit", "--dataset", "heart", "--option", "oops"], "KEY=VALUE"),
         (["compare", "--dataset", "heart", "--methods", "ecm"], "at least two"),
         (["fit", "--dataset", "heart", "--model", "svm"], "invalid choice"),
+        (["fit", "--dataset", "susy", "--n", "0", "--method", "ecm"], "--n must be a positive"),
+        (["fit", "--dataset", "heart", "--seed", "-1", "--method", "ecm"], "--seed must be >= 0"),
+        # checked before any fit runs, not after minutes of them
+        (["compare", "--dataset", "heart", "--methods", "gibbs,vi", "--out", "/proc/nope"],
+         "--out '/proc/nope' cannot be written"),
     ],
 )
 def test_bad_arguments_give_one_line_and_exit_2(argv, message, capsys):

@@ -115,6 +115,19 @@ def predict(fac: NoisyFactor, a, K_cross, k_diag):
     return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)
 
 
+def psd_sqrt(K):
+    """``L`` with ``L L^T = K`` for a positive semi-definite ``K``: its Cholesky factor, or,
+    when ``K`` is singular and has none, ``U diag(sqrt(max(w, 0)))`` from ``K = U diag(w) U^T``
+    (computed only then: an eigendecomposition costs several Cholesky factorisations)."""
+    L = jnp.linalg.cholesky(K)
+
+    def from_eigh(_):
+        w, U = jnp.linalg.eigh(K)
+        return U * jnp.sqrt(jnp.maximum(w, 0.0))
+
+    return jax.lax.cond(jnp.all(jnp.isfinite(L)), lambda _: L, from_eigh, None)
+
+
 @partial(jax.jit, static_argnames=("num_draws",))
 def sample_posterior(key, K, fac: NoisyFactor, mean, num_draws: int):
     r"""Draws of ``N(mean, K - K (K + N)^{-1} K)``, ``mean`` the posterior mean the caller has.
@@ -128,14 +141,17 @@ def sample_posterior(key, K, fac: NoisyFactor, mean, num_draws: int):
     factorisation of a matrix that is at least ``I`` (well conditioned however small the
     noise, and sites of zero precision, ``s = 0``, are harmless), no factorisation of the
     nearly singular posterior covariance itself, and two ``n x n`` products per draw (half the
-    work of Matheron's rule, ``f0 - K S B^{-1} (S f0 + e)``, which needs four).
+    work of Matheron's rule, ``f0 - K S B^{-1} (S f0 + e)``, which needs four). The identity
+    holds for any ``L`` with ``L L^T = K``: when ``K`` is singular (repeated inputs or a linear
+    kernel without jitter) and has no Cholesky factor, ``L = U diag(sqrt(w))`` from its
+    eigendecomposition (:func:`psd_sqrt`), and the draws are those of the degenerate Gaussian.
 
     Returns
     -------
     array of shape (num_draws, n)
     """
     n = K.shape[0]
-    L = jnp.linalg.cholesky(K)
+    L = psd_sqrt(K)
     R = jnp.linalg.cholesky(jnp.eye(n, dtype=K.dtype) + (L.T * fac.s**2) @ L)
     z = jax.random.normal(key, (n, num_draws), dtype=K.dtype)
     return (mean[:, None] + L @ solve_triangular(R.T, z, lower=False)).T

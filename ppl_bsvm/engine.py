@@ -8,8 +8,8 @@ meant); ``fit`` builds it from the user's keywords with :meth:`Options.parse`, w
 rejects an unknown option with the list of valid ones. Options shared by several engines are
 declared once, as a piece below (:class:`Iteration`, :class:`Sampler`, :class:`Draws`, ...),
 and an engine's class composes the pieces it needs by inheritance; a piece checks its own
-fields, in its own ``_check``, and an engine overrides a piece's default by declaring the field
-again with another default. What can only be checked against the data (``batch_size <= n``)
+fields (declaratively in ``_validators``, or in its own ``_check``), and an engine overrides a
+piece's default by declaring the field again with another default. What can only be checked against the data (``batch_size <= n``)
 the engine checks itself.
 
 The engine is then ``engine(problem, options, *, key[, kernel][, resume]) -> Approximation``
@@ -17,8 +17,7 @@ The engine is then ``engine(problem, options, *, key[, kernel][, resume]) -> App
 runs its algorithm (BlackJAX style: pure functions ``init(static, key, data, start) ->
 state`` and ``step(static, key, state, data) -> (state, info)`` over ``NamedTuple`` states,
 iterated by :mod:`ppl_bsvm.inference.loop`, which passes the keys in) and finishes with an
-:class:`Approximation`: the arrays and predictor of the
-approximation and how the run went. ``ppl_bsvm.api`` turns it into the one ``Fit`` every
+:class:`Approximation`: the arrays and predictor of the approximation and how the run went. ``ppl_bsvm.api`` turns it into the one ``Fit`` every
 engine returns, in one place.
 """
 

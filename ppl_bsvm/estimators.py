@@ -41,6 +41,7 @@ from .baselines._likelihoods import logistic_gaussian
 from .baselines.bcsvm import COMBINES
 from .baselines.rvm import _Basis, _check_rvm_options, _fit_basis, _split_active
 from .baselines.rvm_algorithms import ALGORITHMS, RVMResult, rvm_classification, rvm_regression
+from .data import MAX_ABS, check_X
 from .kernels import DEFAULT_JITTER, Kernel, get_kernel
 from .predictive import DEFAULT_LINK
 
@@ -498,6 +499,28 @@ class _RVMBase(BaseEstimator):
         return F, F @ self._mean, np.maximum(np.sum((F @ self.sigma_) * F, axis=1), 0.0)
 
 
+def _regression_targets(y) -> np.ndarray:
+    """Numeric targets within the inputs' scale limit, or a ``ValueError`` naming ``y``."""
+    arr = np.asarray(y)
+    if arr.dtype.kind == "c":
+        raise ValueError("Complex data not supported: y must hold real numbers")
+    try:
+        if arr.dtype.kind not in "biufO":
+            raise TypeError
+        arr = arr.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"y must hold numbers (regression targets), got dtype {arr.dtype}"
+        ) from None
+    finite = arr[np.isfinite(arr)]
+    if finite.size and np.max(np.abs(finite)) > MAX_ABS:
+        raise ValueError(
+            f"y has values up to {np.max(np.abs(finite)):.3g} in absolute value, beyond "
+            f"{MAX_ABS:g}: their squares overflow float64; rescale the targets"
+        )
+    return arr
+
+
 class RVMRegressor(RegressorMixin, _RVMBase):
     __doc__ = f"""Relevance vector machine regression (Tipping 2001; Tipping & Faul 2003).
 
@@ -561,9 +584,11 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     def fit(self, X, y):
         """Maximise the evidence over ``alpha`` and ``beta``; returns ``self``."""
         kernel = self._validate_options()
+        y = _regression_targets(y)
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         if X.shape[0] < 2:
             raise ValueError(f"RVMRegressor needs at least 2 samples, got n_samples = {X.shape[0]}")
+        check_X(X)  # the scale limit of every fit (ppl_bsvm.data.MAX_ABS)
         self.beta_ = self._maximise_evidence(rvm_regression, kernel, X, y).beta
         if self.augment:
             self._train = (X, y)

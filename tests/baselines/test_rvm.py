@@ -147,3 +147,17 @@ def test_a_fit_saved_before_the_algorithms_had_their_module_still_loads(heart, t
 @parametrize_with_checks([RVMRegressor(), RVMClassifier()])
 def test_scikit_learn_conformance(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("scale_X, targets, message", [
+    (1.0, "strings", "y must hold numbers"),
+    (1.0, "huge", r"y has values up to .* rescale the targets"),
+    (1e300, "sinc", r"X has values up to .* Standardise the features"),
+])
+def test_rvm_regressor_refuses_targets_and_inputs_it_cannot_use(scale_X, targets, message):
+    """String targets were a numpy UFuncTypeError and targets x 1e300 a ZeroDivisionError."""
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    t = {"strings": np.array(["a"] * 30), "huge": np.sin(X[:, 0]) * 1e300,
+         "sinc": np.sinc(X[:, 0])}[targets]
+    with pytest.raises(ValueError, match=message):
+        RVMRegressor().fit(X * scale_X, t)

@@ -105,22 +105,20 @@ def optional(check):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Iteration(Options):
-    """``max_iter`` iterations at most; stop when the engine's convergence statistic falls
-    below ``tol`` (``None`` only where the engine chooses it from the data; 0 only where the
-    engine can run until its statistic vanishes)."""
+    """``max_iter`` iterations at most; stop when the engine's convergence statistic is at
+    most ``tol`` (``None`` only where the engine chooses it from the data). Every engine
+    accepts ``tol=0``: run until the statistic vanishes, in practice all ``max_iter``."""
 
     max_iter: int = 1000
     tol: float | None = 1e-8
 
     _tol_from_data = False  # the engine picks tol=None's value from the data
-    _tol_may_be_zero = False
 
     def _check(self):
         self._set("max_iter", positive_int("max_iter", self.max_iter))
         if self.tol is None and self._tol_from_data:
             return
-        check = nonnegative_float if self._tol_may_be_zero else positive_float
-        self._set("tol", check("tol", self.tol))
+        self._set("tol", nonnegative_float("tol", self.tol))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -448,7 +448,7 @@ class _RVMBase(BaseEstimator):
         "algorithm": [StrOptions(set(ALGORITHMS))],
         "bias": ["boolean"],
         "max_iter": [_POSITIVE_INT],
-        "tol": [_POSITIVE],
+        "tol": [_NONNEGATIVE],
         "alpha_max": [_POSITIVE],
     }
 

@@ -341,3 +341,15 @@ def test_predictions_that_break_down_are_an_error_not_nan(data):
     for predict in (fit.predict_proba, fit.predict):
         with pytest.raises(FloatingPointError, match="not finite.*increase jitter"):
             predict(X)
+
+
+@pytest.mark.parametrize("model,method", [("gp", "ecm"), ("linear", "vi"), ("linear", "svi"),
+                                          ("gp", "gpc"), ("gp", "bcsvm"), ("gp", "rvm")])
+def test_tol_zero_means_the_same_for_every_engine(data, model, method):
+    """tol=0 runs until the statistic vanishes (in practice max_iter), for every engine; a
+    negative tol is a ValueError naming tol for every engine."""
+    X, y = data
+    fit = ppl_bsvm.fit(X, y, model=model, method=method, tol=0.0, max_iter=5)
+    assert fit.n_iter <= 5 and np.all(np.isfinite(fit.predict_proba(X)))
+    with pytest.raises(ValueError, match="tol"):
+        ppl_bsvm.fit(X, y, model=model, method=method, tol=-1.0, max_iter=5)

@@ -427,8 +427,6 @@ def _predict_blocks(kernel, model, X, query_size, combine, jitter):
 class BCSVMOptions(Iteration, Jitter, BaselineLink):
     """The options of :func:`bcsvm` (documented there)."""
 
-    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
-
     C: float = 1.0
     module_size: int = 200
     query_size: int = 200

@@ -322,8 +322,6 @@ def _gpc_idata(problem, draws, f_mean, f_var, site_precision, log_marginal, attr
 class GPCOptions(Iteration, Jitter, Draws, Likelihood):
     """The options of :func:`gpc` (documented there)."""
 
-    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
-
     approximation: str = "ep"
     max_iter: int = 100
     tol: float = 1e-10

@@ -257,8 +257,6 @@ class SVGPOptions(Iteration, Jitter, Draws, Likelihood):
     """The options of :func:`svgp` (documented there). ``batch_size <= n``, ``num_inducing <=
     n`` and the shape of ``inducing_points`` are checked by the engine, against the data."""
 
-    _tol_may_be_zero = True  # run until the statistic vanishes, or max_iter
-
     num_inducing: int | None = None
     inducing: str = "kmeans"
     inducing_points: Any = None

@@ -86,7 +86,7 @@ def test_sigmoid_kernel_has_no_gp_counterpart(toy2d):
         ("bcsvm", {"C": -1.0}, "C must be"),
         ("rvm", {"algorithm": "em"}, "algorithm must be"),
         ("rvm", {"bias": "no"}, "bias must be"),
-        ("rvm", {"tol": 0.0}, "tol must be"),
+        ("rvm", {"tol": -1.0}, "tol must be"),
     ],
 )
 def test_bad_options_raise_value_errors_naming_them(toy2d, method, options, message):

@@ -150,7 +150,7 @@ def test_iteration_cap_trace_and_a_schedule_function(heart):
     ({"prior_scale": -1.0}, "prior_scale"),
     ({"learn_hyperparameters": "yes"}, "learn_hyperparameters"),
     ({"gamma": 0}, "gamma"),
-    ({"tol": 0.0}, "tol"),
+    ({"tol": -1.0}, "tol"),
     ({"intercept": 1}, "intercept"),
 ])
 def test_bad_options(heart, options, message):

@@ -97,14 +97,14 @@ def check_files(path: Path, meta: dict) -> None:
             )
 
 
-def write(path: Path, writers: dict, meta: dict) -> None:
+def write(path: Path, writers: dict, meta: dict, old: dict | None) -> None:
     """Write a new generation of the data files (``writers[key](file)`` writes one) and commit
     it by replacing ``meta.json``; then remove the previous generation's files.
 
-    ``path`` exists; ``meta`` is completed with the generation, file names and checksums.
+    ``path`` exists; ``old`` is its current :func:`read_meta` (None for a new directory);
+    ``meta`` is completed with the generation, file names and checksums.
     """
     path = Path(path)
-    old = read_meta(path)
     generation = (old.get("generation", 0) if old is not None else 0) + 1
     names = {"posterior": f"posterior.{generation}.nc", "fields": f"fit.{generation}.json",
              "arrays": f"arrays.{generation}.npz"}

@@ -34,7 +34,7 @@ from .engine import Approximation, Options
 from .data import Problem, check_X_y
 from .exceptions import warn_max_iter
 from .kernels import get_kernel
-from .result import Fit, load
+from .result import BREAKDOWN_HINT, Fit, load
 
 __all__ = ["MODELS", "fit", "resume", "register", "list_methods", "get_engine"]
 
@@ -58,8 +58,8 @@ class Engine(NamedTuple):
     uses_kernel: bool
     summary: str
     budget: str | None  # the option that counts iterations, for engines that can resume
+    options: type[Options]
     memory: Callable | None = None  # (n, d, options) -> working bytes, see _memory
-    options: type[Options] | None = None
 
     @property
     def where(self) -> str:
@@ -92,7 +92,7 @@ def register(method: str, models, *, options: type[Options], uses_kernel: bool =
             if model not in MODELS:
                 raise ValueError(f"unknown model {model!r} in register; valid: {MODELS}")
             _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget,
-                                                memory, options)
+                                                options, memory)
         return fn
 
     return decorate
@@ -488,9 +488,7 @@ def _check_finite(idata, engine: Engine) -> None:
                 raise FloatingPointError(
                     f"method={engine.method!r} (model={engine.model!r}) produced {bad} "
                     f"non-finite value(s) of {values.size} in {group}.{name}: the arithmetic "
-                    "broke down. A kernel matrix that is singular or nearly so (a very long "
-                    "lengthscale, repeated inputs, jitter=0) is the usual cause: increase "
-                    "jitter or shorten the lengthscale; standardise the inputs"
+                    f"broke down. {BREAKDOWN_HINT}"
                 )
 
 

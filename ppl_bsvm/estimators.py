@@ -39,7 +39,7 @@ from .api import fit as _fit
 from .baselines._common import BASELINE_LINKS, kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
 from .baselines.bcsvm import COMBINES
-from .baselines.rvm import _Basis, _check_rvm_options, _fit_basis, _split_active
+from .baselines.rvm import RVMOptions, _Basis, _fit_basis, _split_active
 from .baselines.rvm_algorithms import ALGORITHMS, RVMResult, rvm_classification, rvm_regression
 from .data import MAX_ABS, check_X
 from .kernels import DEFAULT_JITTER, Kernel, get_kernel
@@ -463,7 +463,8 @@ class _RVMBase(BaseEstimator):
 
     def _validate_options(self):
         """The engine's option check (which also refuses a bool for a number) and the kernel."""
-        _check_rvm_options(self.algorithm, self.max_iter, self.tol, self.alpha_max, self.bias)
+        RVMOptions(algorithm=self.algorithm, max_iter=self.max_iter, tol=self.tol,
+                   alpha_max=self.alpha_max, bias=self.bias)
         return get_kernel(self.kernel)
 
     def _maximise_evidence(self, solver, kernel, X, t) -> RVMResult:

@@ -53,6 +53,12 @@ FORMAT_VERSION = 3
 too; an engine state whose fields this version's class no longer has is left out, with a
 warning (the fit predicts as saved and cannot be resumed)."""
 _READABLE = (2, 3)
+BREAKDOWN_HINT = (
+    "A kernel matrix that is singular or nearly so (a very long lengthscale, repeated inputs, "
+    "jitter=0) is the usual cause: increase jitter or shorten the lengthscale; standardise "
+    "the inputs"
+)
+"""What a non-finite result of a fit or a prediction says to do (``api``, :class:`Fit`)."""
 _UNSAVED_OK = ("options", "state")
 """Fields whose values that are not data are saved as placeholders instead of refused."""
 _NETCDF_ENGINE = "h5netcdf"
@@ -237,9 +243,7 @@ class Fit:
             raise FloatingPointError(
                 f"the {what} of method={self.method!r} (model={self.model!r}) are not finite "
                 f"at {int(np.sum(~np.isfinite(values)))} of {values.size} points: its "
-                "arithmetic broke down. A kernel matrix that is singular or nearly so (a very "
-                "long lengthscale, repeated inputs, jitter=0) is the usual cause: increase "
-                "jitter or shorten the lengthscale; standardise the inputs"
+                f"arithmetic broke down. {BREAKDOWN_HINT}"
             )
         return values
 
@@ -304,8 +308,10 @@ def _meta(fit: Fit) -> dict[str, Any]:
 
 
 def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:
+    old = None
     if path.exists():
-        if not path.is_dir() or _store.read_meta(path) is None:
+        old = _store.read_meta(path) if path.is_dir() else None
+        if old is None:
             raise ValueError(
                 f"path {str(path)!r} exists and is not a saved ppl_bsvm Fit; choose a new path"
             )
@@ -315,7 +321,7 @@ def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:
             )
     else:
         path.mkdir(parents=True)
-    _store.write(path, writers, meta)
+    _store.write(path, writers, meta, old)
     for stale in _store.old_scheme_leftovers(path):  # an interrupted save of format 2
         shutil.rmtree(stale, ignore_errors=True)
 

@@ -84,10 +84,9 @@ class Likelihood(Options):
 
     @property
     def predictive_link(self) -> str:
-        """``link``, or the likelihood's own (``"probit"`` or ``"logit"``) when it is None."""
-        if self.link is None:
-            return "probit" if self.likelihood == "probit" else "logit"
-        return self.link
+        """``link``, or the likelihood's own when it is None (each likelihood, ``"probit"`` or
+        ``"logit"``, is also the name of its link)."""
+        return self.likelihood if self.link is None else self.link
 
 
 @data_object

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from .._checks import boolean, nonnegative_float, one_of, positive_float, positive_int
+from .._checks import boolean, one_of, positive_float
 from .._idata import make_idata
 from .._memory import dense_bytes
 from .._serial import latent_family
@@ -37,14 +37,6 @@ from ._common import BaselineLink, LinkPredictor, kernel_matrix
 from .rvm_algorithms import ALGORITHMS, RVMResult, design_matrix, rvm_classification
 
 __all__ = ["rvm", "RVMPredictive", "rvm_latent"]
-
-
-def _check_rvm_options(algorithm, max_iter, tol, alpha_max, bias):
-    one_of("algorithm", algorithm, ALGORITHMS)
-    positive_int("max_iter", max_iter)
-    nonnegative_float("tol", tol)
-    positive_float("alpha_max", alpha_max)
-    boolean("bias", bias)
 
 
 class _Basis(NamedTuple):

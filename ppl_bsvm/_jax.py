@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-__all__ = ["as_key", "to_device"]
+__all__ = ["as_key", "key_from_seed", "to_device"]
 
 
 def to_device(x, dtype=None) -> jax.Array:
@@ -18,6 +18,20 @@ def to_device(x, dtype=None) -> jax.Array:
     return jax.device_put(np.asarray(x, dtype=dtype))
 
 
+def key_from_seed(seed: int) -> jax.Array:
+    """``jax.random.key(seed)`` for an int in ``[0, 2**63)``, without a program.
+
+    ``jax.random.key`` runs two small programs (the seed's conversion and threefry's seeding), each
+    loaded from the compilation cache in a new process (tens of milliseconds). Threefry's key of
+    ``seed`` is the pair of 32-bit words ``(seed >> 32, seed & 0xFFFFFFFF)``, so it is built on the
+    host; another default PRNG implementation goes through ``jax.random.key``.
+    """
+    if jax.config.jax_default_prng_impl != "threefry2x32":
+        return jax.random.key(seed)
+    words = np.array([seed >> 32, seed & 0xFFFFFFFF], dtype=np.uint32)
+    return jax.random.wrap_key_data(jax.device_put(words), impl="threefry2x32")
+
+
 def as_key(seed):
     """A JAX PRNG key from an int seed (>= 0) or an existing key."""
     if isinstance(seed, (jax.Array,)) and (
@@ -28,4 +42,4 @@ def as_key(seed):
         raise ValueError(f"seed must be a non-negative int or a JAX PRNG key, got {seed!r}")
     if not 0 <= seed < 2**63:
         raise ValueError(f"seed must be an int in [0, 2**63), got {seed}")
-    return jax.random.key(int(seed))
+    return key_from_seed(int(seed))

@@ -34,7 +34,9 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   eviction (which locks the directory, so several processes can share it). A new process then
   loads programs instead of compiling them. ``PPL_BSVM_CACHE_DIR`` moves the cache, and
   ``PPL_BSVM_CACHE_DIR=off`` turns it off; a cache directory the user configured in JAX
-  (``jax_compilation_cache_dir``) is used as it is and never changed.
+  (``jax_compilation_cache_dir``) is used as it is and never changed. Beside the compiled
+  programs, :mod:`ppl_bsvm._programs` keeps the library's main programs as traced and lowered
+  (its subfolder ``programs``), so that a new process skips tracing and lowering them too.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from .._jax import to_device
+from .. import _programs
+from .._jax import key_from_seed, to_device
 from .._checks import one_of, positive_int
 from .._shapes import bucket_size, pad_rows
 from ..data import check_X
@@ -123,7 +124,7 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndar
     weight = np.zeros(rows)
     weight[:n] = 1.0
     with jax.enable_x64(True):
-        key = jax.random.key(int(seed))
+        key = key_from_seed(int(seed))
         centres = _kmeans(key, to_device(pad_rows(X, rows)), to_device(weight), m,
                           2 + int(np.log(m)), to_device(max_iter, np.int64))
         return np.asarray(centres, dtype=np.float64)
@@ -136,7 +137,7 @@ def _sq_distances(X, C):
     )
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
+@functools.partial(_programs.Program, static_argnums=(3, 4))
 def _kmeans(key, X, weight, m: int, trials: int, max_iter):
     n, d = X.shape
     k_first, k_rest = jax.random.split(key)

@@ -44,7 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _progress
+from .. import _programs, _progress
+from .._jax import key_from_seed, to_device
 
 __all__ = ["SEGMENT", "RunResult", "run", "iterate", "relative_change", "delta_below"]
 
@@ -138,7 +139,7 @@ def step_name(step: Callable) -> str:
 
 def _default_key():
     """The key of a deterministic engine's loop (its steps ignore it)."""
-    return jax.random.key(0)
+    return key_from_seed(0)
 
 
 @functools.lru_cache(maxsize=128)
@@ -187,7 +188,8 @@ def _compiled_loop(step: Callable, static, converged: Callable, length: int):
     Arguments ``(key, state, data, tol, start, limit, min_iter)``: ``start`` steps ran before,
     ``limit`` caps this call's steps, and stopping at ``tol`` needs ``start + i >= min_iter``.
     """
-    return jax.jit(_segment_loop(step, static, converged, length))
+    return _programs.Program(_segment_loop(step, static, converged, length),
+                             name=f"{__name__}.segment", identity=(step, static, converged, length))
 
 
 def iterate(
@@ -283,7 +285,7 @@ def run(
         state, start, key = resume.state, resume.n_iter, resume.key
     key = _default_key() if key is None else key
     loop = _compiled_loop(step, static, converged, SEGMENT)
-    tol_arr = jnp.asarray(tol, dtype=float)
+    tol_arr = to_device(tol, np.float64)
     done_iter, converged_now, pieces = start, False, []
     enabled, label = _progress.current()
     enabled = enabled if progress_bar is None else progress_bar

@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ... import _programs
 from ..._jax import to_device
 from ..._checks import boolean
 from ..._memory import FLOAT
@@ -315,7 +316,7 @@ def _target(config: Config, state: SBSVMState, data: SBSVMData, idx):
                                   data.gamma)
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
+@functools.partial(_programs.Program, static_argnames=("config",))
 def init(config: Config, key, data: SBSVMData, start) -> SBSVMState:
     """``q(v) = N(0, I)`` (the prior) at the hyperparameters and inducing locations ``start =
     (params, Z)``, with the sampler, learning-rate and stopping-rule state, drawn with ``key``
@@ -386,7 +387,7 @@ class _RunKeys(NamedTuple):
     order: BatchOrder  # the minibatch stream's order
 
 
-@functools.partial(jax.jit, static_argnums=(1, 3))
+@functools.partial(_programs.Program, static_argnums=(1, 3))
 def _run_keys(key, rows: int, n, num_init: int) -> _RunKeys:
     """One program for the run's keys (each eager key operation of a new process loads a
     program of its own from the compilation cache)."""
@@ -556,7 +557,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
                         _training_marginals(kernel, st.params, st.Z, st.chol_Kmm, q.mean_v,
                                             q.chol_P, data))
     f_mean, f_var, alpha = marg.f_mean, marg.f_var, marg.alpha
-    value = float(np.sum(marg.terms) - q.kl)
+    value = float(np.sum(marg.terms)) - float(q.kl)
     posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:
         posterior["f"] = _f_draws(kernel, post, X, q.v_draws, keys.f)[None]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from ... import _programs
 from ..._serial import latent_family
 from ..._shapes import CHUNK, pad_rows, padded_size
 from ..inducing import InducingPrior, project_whitened
@@ -77,7 +78,7 @@ class _TrainingMarginals(NamedTuple):
     terms: jnp.ndarray
 
 
-@functools.partial(jax.jit, static_argnames=("kernel",))
+@functools.partial(_programs.Program, static_argnames=("kernel",))
 def _training_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, data):
     """One compiled pass over the training rows in chunks of :data:`PASS_CHUNK` (the last
     overlapping its predecessor), instead of a Python loop of small chunks."""
@@ -202,7 +203,7 @@ class _FinalQ(NamedTuple):
     u_draws: jnp.ndarray  # (num_draws, m)
 
 
-@functools.partial(jax.jit, static_argnames=("num_draws",))
+@functools.partial(_programs.Program, static_argnames=("num_draws",))
 def _final_q(st, key, num_draws: int) -> _FinalQ:
     """q(u) = L q(v): ``u_mean = L m_v``, ``u_cov = (L P_L^{-T})(L P_L^{-T})^T``, ``P = P_L P_L^T``."""
     mean_v, chol_P = gaussian_from_precision(st.eta1, st.prec)

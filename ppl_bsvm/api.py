@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from . import _memory, _progress, _store
+from . import _memory, _pointwise, _progress, _store
 from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
@@ -430,7 +430,7 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
         if engine.budget is not None:
             kwargs["resume"] = previous
         approx = engine.fn(problem, segment, **kwargs)
-        result = _make_fit(engine, approx, kernel, config, shared, previous, start)
+        result = _make_fit(engine, approx, kernel, config, shared, previous, start, problem)
         if checkpoint is not None:
             result.save(checkpoint, overwrite=True)
         if every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total:
@@ -441,9 +441,10 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
 
 
 def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, shared: dict,
-              previous: Fit | None, start: float) -> Fit:
+              previous: Fit | None, start: float, problem: Problem) -> Fit:
     """The ``Fit`` of an engine's run: the one place a ``Fit`` is built (``previous``: the
-    fit a resumed run continues, whose timings add up)."""
+    fit a resumed run continues, whose timings add up), with the ArviZ groups per observation
+    of the training data ``problem`` (``ppl_bsvm._pointwise``)."""
     if not isinstance(approx, Approximation):
         raise TypeError(f"engine {engine.fn.__name__} returned {type(approx).__name__}, "
                         "not an Approximation")
@@ -453,7 +454,7 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
     if previous is not None:
         timings = _add_timings(previous.timings, timings)
         total += previous.timings.get("total", 0.0)
-    return Fit(
+    fit = Fit(
         idata=approx.idata,
         method=engine.method,
         model=approx.model or engine.model,
@@ -470,6 +471,8 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
         timings={**timings, "total": total},
         **shared,
     )
+    _pointwise.attach(fit, problem.X, problem.y)
+    return fit
 
 
 _CHECKED_GROUPS = ("posterior", "approximation")

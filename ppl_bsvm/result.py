@@ -260,6 +260,42 @@ class Fit:
             raise ValueError(f"method {self.method!r} has no latent predictive to sample")
         return self.predictor.sample_latent(self._check_X(X), num_draws, seed)
 
+    @entry_point
+    def add_log_likelihood(self, X, y) -> Fit:
+        """Add the ArviZ groups per observation (``log_likelihood``, ``posterior_predictive``,
+        ``observed_data``) to ``idata``, in place, from the training data ``X, y``.
+
+        A fit gets them when it is made unless they would exceed
+        ``ppl_bsvm._pointwise.POINTWISE_LIMIT`` values (``idata.attrs["pointwise_groups"]``
+        says so); this builds them on request. The Bayesian SVM's log-likelihood is its
+        unnormalised pseudo-likelihood ``-2 gamma max(0, 1 - y_i f_i)`` (see
+        ``ppl_bsvm._pointwise`` for what ``az.loo`` then estimates).
+
+        Parameters
+        ----------
+        X, y : the data the fit was fitted to (checked against its fingerprint).
+
+        Returns
+        -------
+        Fit
+            ``self``.
+        """
+        from . import _pointwise
+        from .api import _fingerprint
+        from .data import check_X_y
+
+        if "posterior" not in self.idata.children:
+            raise ValueError(f"method {self.method!r} has no posterior draws: no log-likelihood")
+        if _pointwise.likelihood_of(self.method, self.options) is None:
+            raise ValueError(f"method {self.method!r} has no likelihood of its draws")
+        problem = check_X_y(X, y, positive=self.labels.positive)
+        self._check_X(problem.X)
+        if self.fingerprint is not None and _fingerprint(problem) != self.fingerprint:
+            raise ValueError("X, y are not the data this fit was fitted to (their fingerprint "
+                             "differs): give the training data")
+        _pointwise.add_groups(self, problem.X, problem.y)
+        return self
+
     def predict(self, X) -> np.ndarray:
         """Predicted labels, in the user's labels: positive iff ``predict_proba >= 0.5``."""
         p = self.predict_proba(X)

@@ -117,7 +117,7 @@ def latent_draws(fit, X: np.ndarray) -> np.ndarray:
         beta = np.asarray(post["beta"].values, dtype=np.float64)
         Xd = design_matrix(X, intercept=beta.shape[-1] == X.shape[1] + 1)
         return np.einsum("cdk,nk->cdn", beta, Xd)
-    f = fit.sample_latent(X, chains * draws, seed=_seed(fit))
+    f = fit.predictor.sample_latent(X, chains * draws, _seed(fit))
     return f.reshape(chains, draws, n)
 
 

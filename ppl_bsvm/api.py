@@ -159,7 +159,9 @@ def fit(
     Parameters
     ----------
     X : array-like of shape (n, d)
-        Finite inputs.
+        Finite inputs. A pandas DataFrame's column names (strings) name ``beta``'s
+        coordinates and the inducing locations' ``input_dim``, become
+        ``Fit.feature_names_in`` and are checked at prediction, as in scikit-learn.
     y : array-like of shape (n,)
         Exactly two distinct labels of any type; predictions come back in them.
     model : {"linear", "gp", "sparse_gp"}, default="gp"
@@ -233,6 +235,7 @@ def fit(
     shared = {
         "labels": problem.labels,
         "n_features_in": problem.d,
+        "feature_names_in": problem.feature_names,
         "seed": _key_data(key),
         "fingerprint": fingerprint,
     }
@@ -318,7 +321,9 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
     every = _check_checkpoint(engine, checkpoint, checkpoint_every, config)
     _check_checkpoint_path(engine, checkpoint, previous.fingerprint)
     key = jax.random.wrap_key_data(jax.numpy.asarray(previous.seed))
-    shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "seed", "fingerprint")}
+    shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "feature_names_in",
+                                                "seed", "fingerprint")}
+    problem = problem._replace(feature_names=previous.feature_names_in)  # the fit's names
     return _run_engine(engine, problem, key, previous.kernel, config, shared, previous,
                        checkpoint, every, start, progress_bar)
 

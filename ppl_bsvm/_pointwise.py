@@ -46,6 +46,8 @@ when a fit is made if that count is at most :data:`POINTWISE_LIMIT` (10^7: 90 MB
 (S-BSVM on 10^6 points with 1,000 draws would need 9 GB) gets none, says why in
 ``idata.attrs["pointwise_groups"]``, and builds them on request with
 ``fit.add_log_likelihood(X, y)`` (fewer draws, the option ``num_draws``, make them smaller).
+A checkpointed run builds them once, for its final fit: its intermediate checkpoints are saved
+without them.
 """
 
 from __future__ import annotations

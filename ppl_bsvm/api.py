@@ -435,10 +435,13 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
         if engine.budget is not None:
             kwargs["resume"] = previous
         approx = engine.fn(problem, segment, **kwargs)
-        result = _make_fit(engine, approx, kernel, config, shared, previous, start, problem)
+        result = _make_fit(engine, approx, kernel, config, shared, previous, start)
+        last = every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total
+        if last:  # the groups per observation: not in the intermediate checkpoints' saves
+            _pointwise.attach(result, problem.X, problem.y)
         if checkpoint is not None:
             result.save(checkpoint, overwrite=True)
-        if every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total:
+        if last:
             return result
         previous = result
         done = result.checkpoint.n_iter
@@ -446,10 +449,10 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
 
 
 def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, shared: dict,
-              previous: Fit | None, start: float, problem: Problem) -> Fit:
+              previous: Fit | None, start: float) -> Fit:
     """The ``Fit`` of an engine's run: the one place a ``Fit`` is built (``previous``: the
-    fit a resumed run continues, whose timings add up), with the ArviZ groups per observation
-    of the training data ``problem`` (``ppl_bsvm._pointwise``)."""
+    fit a resumed run continues, whose timings add up). The run's last ``Fit`` gets the ArviZ
+    groups per observation (``ppl_bsvm._pointwise``) in :func:`_run_segments`."""
     if not isinstance(approx, Approximation):
         raise TypeError(f"engine {engine.fn.__name__} returned {type(approx).__name__}, "
                         "not an Approximation")
@@ -459,7 +462,7 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
     if previous is not None:
         timings = _add_timings(previous.timings, timings)
         total += previous.timings.get("total", 0.0)
-    fit = Fit(
+    return Fit(
         idata=approx.idata,
         method=engine.method,
         model=approx.model or engine.model,
@@ -476,8 +479,6 @@ def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, sh
         timings={**timings, "total": total},
         **shared,
     )
-    _pointwise.attach(fit, problem.X, problem.y)
-    return fit
 
 
 _CHECKED_GROUPS = ("posterior", "approximation")

@@ -126,12 +126,20 @@ def test_large_fits_get_the_groups_on_request(data, monkeypatch):
         platt.add_log_likelihood(X, y)
 
 
-def test_saved_fit_keeps_the_groups(fits, tmp_path):
+def test_saved_fit_keeps_the_groups(fits, data, tmp_path):
     fit = fits["gp"]
     loaded = ppl_bsvm.load(fit.save(tmp_path / "gp"))
     for group in ("log_likelihood", "posterior_predictive", "observed_data"):
         np.testing.assert_array_equal(loaded.idata[group]["y"].values,
                                       fit.idata[group]["y"].values)
+    # a checkpointed run: the final fit and its last checkpoint have them
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)
+        run = ppl_bsvm.fit(X, y, model="linear", method="svi", max_iter=40, num_draws=100,
+                           checkpoint=tmp_path / "ckpt", checkpoint_every=20)
+    assert "log_likelihood" in run.idata.children
+    assert "log_likelihood" in ppl_bsvm.load(tmp_path / "ckpt").idata.children
 
 
 def test_every_method_with_draws_has_a_likelihood():

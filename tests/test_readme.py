@@ -5,6 +5,7 @@ temporary folder, so the files they write (``reports/my_comparison``, ``run.ckpt
 there; figures go to the Agg backend. A block that fails names itself and its first line.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -44,8 +45,6 @@ def test_python_blocks_are_found():
 
 @pytest.mark.slow
 def test_readme_python_blocks_run_in_order(tmp_path):
-    import json
-
     blocks = python_blocks(README.read_text())
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "runner.py").write_text(RUNNER)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from . import _memory, _progress, _store
+from . import _memory, _pointwise, _progress, _store
 from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
@@ -159,7 +159,9 @@ def fit(
     Parameters
     ----------
     X : array-like of shape (n, d)
-        Finite inputs.
+        Finite inputs. A pandas DataFrame's column names (strings) name ``beta``'s
+        coordinates and the inducing locations' ``input_dim``, become
+        ``Fit.feature_names_in`` and are checked at prediction, as in scikit-learn.
     y : array-like of shape (n,)
         Exactly two distinct labels of any type; predictions come back in them.
     model : {"linear", "gp", "sparse_gp"}, default="gp"
@@ -233,6 +235,7 @@ def fit(
     shared = {
         "labels": problem.labels,
         "n_features_in": problem.d,
+        "feature_names_in": problem.feature_names,
         "seed": _key_data(key),
         "fingerprint": fingerprint,
     }
@@ -318,7 +321,9 @@ def _resume(previous, X, y, checkpoint, checkpoint_every, progress_bar, options)
     every = _check_checkpoint(engine, checkpoint, checkpoint_every, config)
     _check_checkpoint_path(engine, checkpoint, previous.fingerprint)
     key = jax.random.wrap_key_data(jax.numpy.asarray(previous.seed))
-    shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "seed", "fingerprint")}
+    shared = {k: getattr(previous, k) for k in ("labels", "n_features_in", "feature_names_in",
+                                                "seed", "fingerprint")}
+    problem = problem._replace(feature_names=previous.feature_names_in)  # the fit's names
     return _run_engine(engine, problem, key, previous.kernel, config, shared, previous,
                        checkpoint, every, start, progress_bar)
 
@@ -431,9 +436,12 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
             kwargs["resume"] = previous
         approx = engine.fn(problem, segment, **kwargs)
         result = _make_fit(engine, approx, kernel, config, shared, previous, start)
+        last = every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total
+        if last:  # the groups per observation: not in the intermediate checkpoints' saves
+            _pointwise.attach(result, problem.X, problem.y)
         if checkpoint is not None:
             result.save(checkpoint, overwrite=True)
-        if every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total:
+        if last:
             return result
         previous = result
         done = result.checkpoint.n_iter
@@ -443,7 +451,8 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
 def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, shared: dict,
               previous: Fit | None, start: float) -> Fit:
     """The ``Fit`` of an engine's run: the one place a ``Fit`` is built (``previous``: the
-    fit a resumed run continues, whose timings add up)."""
+    fit a resumed run continues, whose timings add up). The run's last ``Fit`` gets the ArviZ
+    groups per observation (``ppl_bsvm._pointwise``) in :func:`_run_segments`."""
     if not isinstance(approx, Approximation):
         raise TypeError(f"engine {engine.fn.__name__} returned {type(approx).__name__}, "
                         "not an Approximation")

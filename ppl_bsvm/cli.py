@@ -157,9 +157,15 @@ def _cmd_compare(args) -> int:
     )
     post, pred = _comparison_view(table)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(post.round(3).to_string(index=False))
-        print()
+        if len(post):
+            print(post.round(3).to_string(index=False))
+            print()
         print(pred.round(4).to_string(index=False))
+    notes = table.loc[table["note"] != "", ["candidate", "note"]].drop_duplicates()
+    if len(notes):
+        print("\nnotes:")
+        for candidate, note in notes.itertuples(index=False):
+            print(f"  {candidate}: {note}")
     if path is not None:
         print(f"\nreport written to {path}")
     return 0

@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["BinaryLabels", "Problem", "check_X", "check_X_y", "check_binary_y", "design_matrix"]
+__all__ = ["BinaryLabels", "Problem", "check_X", "check_X_y", "check_binary_y", "design_matrix",
+           "feature_names_of", "check_feature_names"]
 
 
 class BinaryLabels(NamedTuple):
@@ -63,11 +64,14 @@ class Problem(NamedTuple):
         Labels in {-1.0, +1.0}.
     labels : BinaryLabels
         How the user's labels map to -1/+1.
+    feature_names : tuple of str or None
+        The columns of a DataFrame ``X`` (:func:`feature_names_of`); None for an array.
     """
 
     X: np.ndarray
     y: np.ndarray
     labels: BinaryLabels
+    feature_names: tuple[str, ...] | None = None
 
     @property
     def n(self) -> int:
@@ -150,6 +154,65 @@ def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     return arr
 
 
+def feature_names_of(X) -> tuple[str, ...] | None:
+    """The column names of a DataFrame-like ``X`` when all are strings, as scikit-learn's
+    ``feature_names_in_``; None for an array or for columns that are not strings (a default
+    ``RangeIndex``). Names mixing strings and other types raise ``ValueError``, as in
+    scikit-learn."""
+    columns = getattr(X, "columns", None)
+    if columns is None:
+        return None
+    names = [c for c in columns]
+    strings = [isinstance(c, str) for c in names]
+    if all(strings) and names:
+        return tuple(names)
+    if any(strings):
+        raise ValueError(
+            "X has feature names of mixed types (strings and others: "
+            f"{sorted({type(c).__name__ for c in names})}); convert all column names to str "
+            "(X.columns = X.columns.astype(str))"
+        )
+    return None
+
+
+def check_feature_names(X, fitted: tuple[str, ...] | None, *, what: str = "the fit") -> None:
+    """At prediction: scikit-learn's check of ``X``'s column names against those of the fit.
+
+    A DataFrame whose columns differ from the fitted names, or come in another order, raises
+    ``ValueError`` naming them; an array after a DataFrame fit (or a DataFrame after an array
+    fit) is accepted with a ``UserWarning``, as scikit-learn 1.9 does.
+    """
+    import warnings
+
+    names = feature_names_of(X)
+    if names is None and fitted is None:
+        return
+    if fitted is None:
+        warnings.warn(f"X has feature names, but {what} was fitted without feature names",
+                      UserWarning, stacklevel=3)
+        return
+    if names is None:
+        warnings.warn(f"X does not have valid feature names, but {what} was fitted with "
+                      "feature names", UserWarning, stacklevel=3)
+        return
+    if names == tuple(fitted):
+        return
+    unseen = [c for c in names if c not in fitted]
+    missing = [c for c in fitted if c not in names]
+    if not unseen and not missing:
+        raise ValueError(
+            "The feature names should match those that were passed during fit: they must be "
+            f"in the same order as in fit, {list(fitted)}; got {list(names)} (select the "
+            "columns with X[fit.feature_names_in])"
+        )
+    message = "The feature names should match those that were passed during fit."
+    if unseen:
+        message += f" Feature names unseen at fit time: {unseen}."
+    if missing:
+        message += f" Feature names seen at fit time, yet now missing: {missing}."
+    raise ValueError(message)
+
+
 def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, BinaryLabels]:
     """Validate a 1-D label vector with exactly two classes and map it to -1/+1.
 
@@ -215,13 +278,14 @@ def check_X_y(X, y, *, positive=None) -> Problem:
         For NaN or inf, wrong dimensions, length mismatch, one class, more than two classes,
         or empty input; the message names the argument and the problem.
     """
+    names = feature_names_of(X)
     X = check_X(X)
     y_pm, labels = check_binary_y(y, positive=positive)
     if X.shape[0] != y_pm.shape[0]:
         raise ValueError(
             f"X and y have different lengths: X has {X.shape[0]} rows, y has {y_pm.shape[0]}"
         )
-    return Problem(X=X, y=y_pm, labels=labels)
+    return Problem(X=X, y=y_pm, labels=labels, feature_names=names)
 
 
 def design_matrix(X: np.ndarray, intercept: bool) -> np.ndarray:
@@ -235,6 +299,13 @@ def design_matrix(X: np.ndarray, intercept: bool) -> np.ndarray:
     return np.concatenate([X, np.ones((X.shape[0], 1), dtype=X.dtype)], axis=1)
 
 
-def feature_names(d: int, intercept: bool) -> list[str]:
-    """Coordinate labels of ``beta``: ``x0 .. x{d-1}`` and ``intercept`` last when present."""
-    return [f"x{j}" for j in range(d)] + (["intercept"] if intercept else [])
+def feature_names(d: int, intercept: bool, names=None) -> list[str]:
+    """Coordinate labels of ``beta``: ``names`` (a DataFrame's columns) or ``x0 .. x{d-1}``,
+    and ``intercept`` last when present (``intercept_`` and so on if a column has that name)."""
+    labels = list(names) if names is not None else [f"x{j}" for j in range(d)]
+    if intercept:
+        extra = "intercept"
+        while extra in labels:
+            extra += "_"
+        labels.append(extra)
+    return labels

@@ -130,8 +130,18 @@ class _FitClassifier(_BinaryClassifier):
         kwargs = self._fit_arguments()
         X, y = validate_data(self, X, y, dtype=np.float64)
         self.classes_, _ = self._binary_targets(y, need_two=True)
-        self.posterior_ = _fit(X, y, positive=self.classes_[1], **kwargs)
+        self.posterior_ = _fit(self._named(X), y, positive=self.classes_[1], **kwargs)
         return self
+
+    def _named(self, X):
+        """``X`` (checked by ``validate_data``) under the fitted column names, when there are
+        some, so that ``posterior_`` names its coordinates and checks them as the fit does."""
+        names = getattr(self, "feature_names_in_", None)
+        if names is None:
+            return X
+        import pandas as pd
+
+        return pd.DataFrame(X, columns=list(names), copy=False)
 
     def decision_function(self, X):
         """Score of ``classes_[1]``: ``Phi^{-1}(predict_proba[:, 1])`` (see Notes); for methods
@@ -146,7 +156,7 @@ class _FitClassifier(_BinaryClassifier):
         predictor = self.posterior_.predictor
         if hasattr(predictor, "decision_function"):  # a score without a latent Gaussian (Platt)
             return np.asarray(predictor.decision_function(X), dtype=np.float64)
-        p = np.asarray(self.posterior_.predict_proba(X), dtype=np.float64)
+        p = np.asarray(self.posterior_.predict_proba(self._named(X)), dtype=np.float64)
         # Keep the score finite where p rounds to 0 or 1 (ties in p stay ties).
         tiny, eps = np.finfo(np.float64).tiny, np.finfo(np.float64).epsneg
         return ndtri(np.clip(p, tiny, 1.0 - eps))
@@ -160,7 +170,8 @@ class _FitClassifier(_BinaryClassifier):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return _two_columns(np.asarray(self.posterior_.predict_proba(X), dtype=np.float64))
+        return _two_columns(np.asarray(self.posterior_.predict_proba(self._named(X)),
+                                       dtype=np.float64))
 
 
 class BayesianSVC(_FitClassifier):

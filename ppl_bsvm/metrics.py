@@ -31,8 +31,9 @@ def _as_pm(y_true) -> np.ndarray:
         yf = y.astype(np.float64)
     except (TypeError, ValueError):
         raise ValueError(
-            "y_true must hold -1/+1, 0/1 or bools; map your labels first "
-            "(Fit.labels.encode does this)"
+            f"y_true holds labels {np.unique(y).tolist()[:5]}, not -1/+1, 0/1 or bools: name "
+            "the positive class with pos_label=... (classification_report), or map them "
+            "first with fit.labels.encode"
         ) from None
     values = set(np.unique(yf).tolist())
     if values <= {-1.0, 1.0}:
@@ -142,8 +143,48 @@ def expected_calibration_error(y_true, p, n_bins: int = 10) -> float:
     return float(np.sum(count[ok] * gap) / np.sum(count))
 
 
-def classification_report(y_true, p) -> dict[str, float]:
-    """All metrics at once: ``error``, ``brier``, ``nlpd``, ``auc`` (NaN with one class), ``ece``."""
+def _user_labels(y_true, pos_label) -> np.ndarray:
+    """``y_true`` in the user's labels as -1/+1: ``+1`` where it equals ``pos_label``, or as a
+    fit's :class:`~ppl_bsvm.data.BinaryLabels` maps them."""
+    from .data import BinaryLabels
+
+    if isinstance(pos_label, BinaryLabels):
+        return pos_label.encode(y_true)
+    y = np.asarray(y_true)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y_true must be a non-empty 1-D array, got shape {y.shape}")
+    positive = np.asarray(y == pos_label, dtype=bool)
+    others = sorted(set(y[~positive].tolist()), key=repr)
+    if len(others) > 1:
+        raise ValueError(
+            f"y_true has {len(others)} labels besides pos_label={pos_label!r} "
+            f"({others[:5]}); a binary report needs exactly one other label"
+        )
+    return np.where(positive, 1.0, -1.0)
+
+
+def classification_report(y_true, p, *, pos_label=None) -> dict[str, float]:
+    """All metrics at once: ``error``, ``brier``, ``nlpd``, ``auc`` (NaN with one class), ``ece``.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        The true labels: -1/+1, 0/1 or bools, or the user's own labels (strings, ...) with
+        ``pos_label``.
+    p : array-like of shape (n,)
+        P(y = positive class), e.g. ``Fit.predict_proba``.
+    pos_label : label or BinaryLabels, optional
+        The label ``p`` is the probability of (the other label is the negative class), or a
+        fit's ``labels`` (``fit.labels``: both labels checked, as the fit mapped them). Needed
+        for labels other than -1/+1, 0/1 and bools, as scikit-learn's ``pos_label``.
+
+    Examples
+    --------
+    >>> classification_report(["yes", "no", "yes"], [0.9, 0.2, 0.4], pos_label="yes")["error"]
+    0.3333333333333333
+    """
+    if pos_label is not None:
+        y_true = _user_labels(y_true, pos_label)
     y = _as_pm(y_true)
     one_class = np.all(y > 0) or np.all(y < 0)
     return {

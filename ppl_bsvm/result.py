@@ -44,15 +44,19 @@ import numpy as np
 from . import _store
 from ._checks import positive_int
 from ._runtime import entry_point
-from .data import BinaryLabels, check_X
+from .data import BinaryLabels, check_feature_names, check_X
 
 __all__ = ["Fit", "STOP_REASONS", "load"]
 
-FORMAT_VERSION = 3
-"""3: ``NamedTuple`` states saved with their field names. A fit of format 2 (no names) loads
-too; an engine state whose fields this version's class no longer has is left out, with a
-warning (the fit predicts as saved and cannot be resumed)."""
-_READABLE = (2, 3)
+FORMAT_VERSION = 4
+"""4: ``feature_names_in`` (a DataFrame's column names), and the ArviZ groups per
+observation in the netCDF tree. 3: ``NamedTuple`` states saved with their field names. Fits of
+formats 2 and 3 load too (without feature names, and without the groups: build them with
+``Fit.add_log_likelihood``); an engine state whose fields this version's class no longer has
+is left out, with a warning (the fit predicts as saved and cannot be resumed)."""
+_READABLE = (2, 3, 4)
+_ADDED_FIELDS = {"feature_names_in": None}
+"""Fields added since format 2, with the value a fit saved before them loads with."""
 BREAKDOWN_HINT = (
     "A kernel matrix that is singular or nearly so (a very long lengthscale, repeated inputs, "
     "jitter=0) is the usual cause: increase jitter or shorten the lengthscale; standardise "
@@ -85,6 +89,10 @@ class Fit:
     labels : BinaryLabels
         The user's labels; ``predict`` returns them.
     n_features_in : int
+    feature_names_in : tuple of str or None
+        The column names of a DataFrame ``X`` given to ``fit`` (as scikit-learn's
+        ``feature_names_in_``). Prediction then checks a DataFrame's columns against them
+        (other names or another order raise ``ValueError``) and warns for an array.
     timings : dict str -> float
         Seconds: ``"total"`` (the whole ``fit`` call, compilation included) and whatever
         parts the engine times itself (``"engine"``, ``"warmup"``, ``"sampling"``, ...).
@@ -120,6 +128,7 @@ class Fit:
     predictor: Any
     labels: BinaryLabels | None = None
     n_features_in: int | None = None
+    feature_names_in: tuple[str, ...] | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     trace: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     stop_reason: str | None = None
@@ -206,6 +215,7 @@ class Fit:
             return {k: np.asarray(v, dtype=np.float64) for k, v in constrained.items()}
 
     def _check_X(self, X) -> np.ndarray:
+        check_feature_names(X, self.feature_names_in, what=f"this {self.method} fit")
         return check_X(X, n_features=self.n_features_in)
 
     @entry_point
@@ -259,6 +269,43 @@ class Fit:
         if not hasattr(self.predictor, "sample_latent"):
             raise ValueError(f"method {self.method!r} has no latent predictive to sample")
         return self.predictor.sample_latent(self._check_X(X), num_draws, seed)
+
+    @entry_point
+    def add_log_likelihood(self, X, y) -> Fit:
+        """Add the ArviZ groups per observation (``log_likelihood``, ``posterior_predictive``,
+        ``observed_data``) to ``idata``, in place, from the training data ``X, y``.
+
+        A fit gets them when it is made unless they would exceed
+        ``ppl_bsvm._pointwise.POINTWISE_LIMIT`` values (``idata.attrs["pointwise_groups"]``
+        says so); this builds them on request. The Bayesian SVM's log-likelihood is its
+        unnormalised pseudo-likelihood ``-2 gamma max(0, 1 - y_i f_i)`` (see
+        ``ppl_bsvm._pointwise`` for what ``az.loo`` then estimates).
+
+        Parameters
+        ----------
+        X, y : the data the fit was fitted to (checked against its fingerprint).
+
+        Returns
+        -------
+        Fit
+            ``self``.
+        """
+        from . import _pointwise
+        from .api import _fingerprint
+        from .data import check_X_y
+
+        if "posterior" not in self.idata.children:
+            raise ValueError(f"method {self.method!r} has no posterior draws: no log-likelihood")
+        if _pointwise.likelihood_of(self.method, self.options) is None:
+            raise ValueError(f"method {self.method!r} has no likelihood of its draws")
+        check_feature_names(X, self.feature_names_in, what=f"this {self.method} fit")
+        problem = check_X_y(X, y, positive=self.labels.positive)
+        check_X(problem.X, n_features=self.n_features_in)
+        if self.fingerprint is not None and _fingerprint(problem) != self.fingerprint:
+            raise ValueError("X, y are not the data this fit was fitted to (their fingerprint "
+                             "differs): give the training data")
+        _pointwise.add_groups(self, problem.X, problem.y)
+        return self
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels, in the user's labels: positive iff ``predict_proba >= 0.5``."""
@@ -410,6 +457,8 @@ def load(path) -> Fit:
             stacklevel=2,
         )
     names = {f.name for f in dataclasses.fields(Fit)} - {"idata"}
+    if meta["format"] < 4:
+        fields = {**_ADDED_FIELDS, **fields}
     if set(fields) != names:
         raise ValueError(f"{str(path)!r}: malformed {files['fields']} (fields "
                          f"{sorted(set(fields) ^ names)} missing or unknown)")

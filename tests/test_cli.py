@@ -55,3 +55,14 @@ def test_help_everywhere():
     for argv in (["--help"], ["fit", "--help"], ["compare", "--help"], ["datasets", "--help"]):
         result = subprocess.run([sys.executable, "-m", "ppl_bsvm.cli", *argv], capture_output=True, text=True)
         assert result.returncode == 0 and "usage: ppl-bsvm" in result.stdout
+
+
+def test_compare_with_a_baseline_without_draws(capsys, tmp_path):
+    """`ppl-bsvm compare --methods vi,platt`: Platt has no posterior draws, so it gets its
+    predictive row only, and the report is written (issue 20)."""
+    assert main(["compare", "--dataset", "heart", "--methods", "vi,platt",
+                 "--option", "vi.num_draws=200", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "platt: no posterior draws: predictive rows only" in out
+    assert "report written to" in out
+    assert "| platt |" in (tmp_path / "r" / "report.md").read_text()

@@ -372,7 +372,8 @@ def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Appr
     m = Z.shape[0]
     idata = make_idata(
         {"u": draws},
-        coords={"inducing": np.arange(m), "inducing_bis": np.arange(m)},
+        coords={"inducing": np.arange(m), "inducing_bis": np.arange(m),
+                "input_dim": list(problem.feature_names or range(Z.shape[1]))},
         dims={
             "u_mean": ["inducing"],
             "u_cov": ["inducing", "inducing_bis"],

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..result import Fit
 from . import plots
-from .table import POSTERIOR_METRICS, PREDICTIVE_METRICS, compare
+from .table import POSTERIOR_METRICS, PREDICTIVE_METRICS, compare, has_draws
 
 __all__ = ["report", "write_report", "markdown_table", "fits_table", "headline"]
 
@@ -65,6 +65,7 @@ def headline(table: pd.DataFrame) -> list[str]:
         if name == ref:
             continue
         for _, row in rows.iterrows():
+            note = f" ({row['note']})" if row.get("note") else ""
             if row["variable"] in ("beta", "f", "f_test") and np.isfinite(row["sd_ratio"]):
                 what = {"beta": "beta", "f": "f at the training inputs",
                         "f_test": "f at the test inputs"}[row["variable"]]
@@ -72,12 +73,12 @@ def headline(table: pd.DataFrame) -> list[str]:
                     f"{name}: posterior sd of {what} is {row['sd_ratio']:.2f} x the {ref} sd "
                     f"on average; means are {row['mean_error_sd']:.2f} {ref} sd away "
                     f"(max {row['max_mean_error_sd']:.2f}); its 90% intervals hold "
-                    f"{100 * row['coverage_90']:.0f}% of the {ref} draws."
+                    f"{100 * row['coverage_90']:.0f}% of the {ref} draws{note}."
                 )
             elif row["variable"] == "predictive":
                 lines.append(
                     f"{name}: predictive probabilities differ from the {ref}'s by "
-                    f"{row['prob_mad']:.3f} on average."
+                    f"{row['prob_mad']:.3f} on average{note}."
                 )
     return lines
 
@@ -157,7 +158,8 @@ def write_report(
     post = table[table["variable"] != "predictive"]
     if len(post):
         lines += ["## Posterior distances to the reference", "",
-                  markdown_table(post[["candidate", "variable", "dim", *POSTERIOR_METRICS]]), "",
+                  markdown_table(post[["candidate", "variable", "dim", *POSTERIOR_METRICS,
+                                       *_notes(post)]]), "",
                   "`mean_error_sd`: |mean difference| in reference sds (mean, max over "
                   "coordinates); `sd_ratio`: candidate sd / reference sd; `kl_forward` = "
                   "KL(reference || candidate), `kl_reverse` = KL(candidate || reference) and "
@@ -167,7 +169,7 @@ def write_report(
     pred = table[table["variable"] == "predictive"]
     if len(pred):
         lines += ["## Predictions on the test data", "",
-                  markdown_table(pred[["candidate", *PREDICTIVE_METRICS]]), "",
+                  markdown_table(pred[["candidate", *PREDICTIVE_METRICS, *_notes(pred)]]), "",
                   "`prob_mad`: mean |P(y=+1) - reference P(y=+1)|; `nlpd`: negative log "
                   "predictive probability; `ece`: expected calibration error (10 bins).", ""]
     if len(diag):
@@ -184,14 +186,20 @@ def write_report(
     return path
 
 
+def _notes(rows: pd.DataFrame) -> list[str]:
+    """``["note"]`` when some of ``rows`` carry a note (a pseudo-posterior, no draws)."""
+    return ["note"] if (rows["note"] != "").any() else []
+
+
 def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, seed):
     out = []
     reference = fits[reference_name]
     shared = [v for v in ("beta", "f") if v in set(table["variable"])]
+    drawn = {k: f for k, f in fits.items() if has_draws(f)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # plotting libraries' own deprecation chatter
         for var in shared:
-            having = {k: f for k, f in fits.items() if var in f.idata.posterior}
+            having = {k: f for k, f in drawn.items() if var in f.idata.posterior}
             pc = plots.plot_marginals(having, var, num_draws=num_draws, seed=seed)
             _save(pc, folder / f"marginals_{var}.png")
             out.append((f"Marginal posteriors of {var}", f"marginals_{var}.png"))
@@ -214,7 +222,7 @@ def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, see
             fig = plots.plot_objective_traces(traced)
             _save(fig, folder / "objective_traces.png")
             out.append(("Objective traces (ELBO, MAP objective)", "objective_traces.png"))
-        if reference.idata.posterior.sizes.get("chain", 1) > 1 and shared:
+        if shared and reference.idata.posterior.sizes.get("chain", 1) > 1:
             pc = plots.plot_mcmc_trace(reference, shared[0])
             _save(pc, folder / "reference_trace.png")
             out.append((f"Reference sampler traces ({shared[0]})", "reference_trace.png"))

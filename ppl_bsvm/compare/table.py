@@ -17,8 +17,10 @@ __all__ = [
     "PREDICTIVE_METRICS",
     "COLUMNS",
     "COMPARED_VARIABLES",
+    "NOTES",
     "compare",
     "diagnostics",
+    "has_draws",
     "posterior_draws",
 ]
 
@@ -58,7 +60,26 @@ PREDICTIVE_METRICS = ("prob_mad", "error", "brier", "nlpd", "auc", "ece")
 difference of P(y = +1 | x*) from the reference's; error rate, Brier score, negative log
 predictive probability, AUC and expected calibration error against ``y_test``."""
 
-COLUMNS = ("candidate", "variable", "dim", *POSTERIOR_METRICS, *PREDICTIVE_METRICS)
+NOTES = {
+    "ecm": "pseudo-posterior: ECM's Gaussian is the conditional of f (or beta) given lambda "
+           "at the MAP, a point estimate with a spread that is not meant to match the "
+           "posterior's (near margin points it collapses); sd_ratio, KL, w2, energy and "
+           "coverage measure that, not an approximation error",
+}
+"""The ``note`` of a method's posterior rows: what its draws are when they are not an
+approximation of the posterior. Fits without posterior draws (Platt, BC-SVM) get
+:data:`NO_DRAWS` on their predictive row."""
+
+NO_DRAWS = "no posterior draws: predictive rows only"
+
+COLUMNS = ("candidate", "variable", "dim", *POSTERIOR_METRICS, *PREDICTIVE_METRICS, "note")
+"""The table's columns; ``note`` is empty unless :data:`NOTES` or :data:`NO_DRAWS` applies."""
+
+
+def has_draws(fit: Fit) -> bool:
+    """Whether ``fit.idata`` holds a ``posterior`` group of draws (baselines such as Platt
+    scaling and BC-SVM have none: only their predictions can be compared)."""
+    return "posterior" in fit.idata.children
 
 
 def posterior_draws(fit: Fit, var: str) -> np.ndarray:
@@ -99,6 +120,8 @@ def _posterior_row(cand: np.ndarray, ref: np.ndarray, *, diagonal: bool, max_dra
 
 def _shared_variables(reference: Fit, cand: Fit, name: str) -> list[str]:
     shared = []
+    if not (has_draws(reference) and has_draws(cand)):
+        return shared
     for var in COMPARED_VARIABLES:
         if var in reference.idata.posterior and var in cand.idata.posterior:
             r_shape = reference.idata.posterior[var].shape[2:]
@@ -136,7 +159,8 @@ def compare(
     reference : Fit
     candidates : dict name -> Fit
         Fitted to the same training data as the reference (any method or model: only the
-        variables both have are compared).
+        variables both have are compared; a fit without posterior draws, such as Platt
+        scaling or BC-SVM, gets predictive rows only, and needs ``X_test``).
     X_test : array-like (n*, d), optional
         Adds the variable ``f_test`` (latent function at ``X_test``) and the predictive rows.
     y_test : array-like (n*,), optional
@@ -154,7 +178,10 @@ def compare(
         One row per (candidate, variable) with the columns :data:`COLUMNS`: posterior rows
         (``beta``, ``f``, ``f_test``) fill :data:`POSTERIOR_METRICS`, predictive rows
         (variable ``"predictive"``, one per fit including the reference) fill
-        :data:`PREDICTIVE_METRICS`; the other cells are NaN. ``table.attrs["reference"]`` is
+        :data:`PREDICTIVE_METRICS`; the other cells are NaN. ``note`` says what a row's
+        numbers are when they are not what the column names promise: ECM's draws are a
+        pseudo-posterior (:data:`NOTES`), and a fit without draws has predictive rows only
+        (:data:`NO_DRAWS`). ``table.attrs["reference"]`` is
         ``reference_name`` and ``table.attrs["diagnostics"]`` the reference's MCMC
         diagnostics (:func:`diagnostics`).
     """
@@ -178,39 +205,56 @@ def compare(
     rows = []
     ref_test = p_ref = y_pm = None
     if X_test is not None:
-        ref_test = reference.sample_latent(X_test, num_draws, seed)
+        ref_test = _latent_draws(reference, X_test, num_draws, seed)
         p_ref = reference.predict_proba(X_test)
         if y_test is not None:
             y_pm = reference.labels.encode(y_test)
             if y_pm.shape != p_ref.shape:
                 raise ValueError(f"y_test has {y_pm.size} labels but X_test {p_ref.size} rows")
         rows.append({"candidate": reference_name, "variable": "predictive",
-                     **_predictive_row(p_ref, p_ref, y_pm)})
+                     **_predictive_row(p_ref, p_ref, y_pm), "note": _note(reference, None)})
     for name, cand in candidates.items():
         shared = _shared_variables(reference, cand, name)
         for var in shared:
             row = _posterior_row(posterior_draws(cand, var), posterior_draws(reference, var),
                                  diagonal=False, max_draws=num_draws, seed=seed)
-            rows.append({"candidate": name, "variable": var, **row})
+            rows.append({"candidate": name, "variable": var, **row, "note": _note(cand, var)})
         if X_test is not None:
-            try:
-                cand_test = cand.sample_latent(X_test, num_draws, seed + 1)
-            except ValueError:
-                cand_test = None  # a method without a latent predictive (e.g. Platt)
-            if cand_test is not None:
+            cand_test = _latent_draws(cand, X_test, num_draws, seed + 1)
+            if cand_test is not None and ref_test is not None:
                 row = _posterior_row(cand_test, ref_test, diagonal=True, max_draws=num_draws,
                                      seed=seed)
-                rows.append({"candidate": name, "variable": "f_test", **row})
+                rows.append({"candidate": name, "variable": "f_test", **row,
+                             "note": _note(cand, "f_test")})
             rows.append({"candidate": name, "variable": "predictive",
-                         **_predictive_row(cand.predict_proba(X_test), p_ref, y_pm)})
+                         **_predictive_row(cand.predict_proba(X_test), p_ref, y_pm),
+                         "note": _note(cand, None)})
         if not shared and X_test is None:
-            warnings.warn(f"candidate {name!r} shares no posterior variable with the reference "
-                          "and no X_test was given: nothing to compare", stacklevel=2)
+            reason = ("has no posterior draws" if not has_draws(cand) else
+                      "shares no posterior variable with the reference")
+            warnings.warn(f"candidate {name!r} {reason} and no X_test was given: nothing to "
+                          "compare", stacklevel=2)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table["note"] = table["note"].fillna("")
     table["dim"] = table["dim"].astype("Int64")
     table.attrs["reference"] = reference_name
     table.attrs["diagnostics"] = diagnostics(reference)
     return table
+
+
+def _latent_draws(fit: Fit, X_test, num_draws: int, seed: int):
+    """Draws of the latent function at ``X_test``, or None for a method without a latent
+    predictive (Platt scaling)."""
+    if not hasattr(fit.predictor, "sample_latent"):
+        return None
+    return fit.sample_latent(X_test, num_draws, seed)
+
+
+def _note(fit: Fit, var: str | None) -> str:
+    """The ``note`` of ``fit``'s row of ``var`` (None: its predictive row)."""
+    if var is None:
+        return "" if has_draws(fit) else NO_DRAWS
+    return NOTES.get(fit.method, "")
 
 
 def diagnostics(fit: Fit, var_names=None) -> pd.DataFrame:
@@ -218,10 +262,12 @@ def diagnostics(fit: Fit, var_names=None) -> pd.DataFrame:
 
     Columns: ``chains``, ``draws`` (per chain), ``rhat_max`` (rank-normalised split R-hat,
     NaN with one chain), ``ess_bulk_min``, ``ess_tail_min``, ``divergences`` (total, NaN when
-    the sampler records none).
+    the sampler records none). Empty for a fit without posterior draws.
     """
     import arviz as az
 
+    if not has_draws(fit):
+        return pd.DataFrame()
     post = fit.idata.posterior
     names = [v for v in (var_names or post.data_vars) if v in post.data_vars]
     chains, draws = post.sizes["chain"], post.sizes["draw"]

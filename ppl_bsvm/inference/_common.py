@@ -171,7 +171,8 @@ def check_kernel_matrix(K, kernel: Kernel, jitter: float) -> None:
 def linear_setup(problem: Problem, intercept: bool) -> LinearSetup:
     Xd = jnp.asarray(design_matrix(problem.X, intercept), dtype=jnp.float64)
     y = jnp.asarray(problem.y, dtype=jnp.float64)
-    return LinearSetup(Xd, y, y[:, None] * Xd, feature_names(problem.d, intercept))
+    return LinearSetup(Xd, y, y[:, None] * Xd,
+                       feature_names(problem.d, intercept, problem.feature_names))
 
 
 def check_gamma(gamma) -> float:
@@ -207,6 +208,8 @@ def gaussian_idata(
     }
     coords = dict(coords or {})
     coords.setdefault("obs", np.arange(problem.n))
+    if problem.feature_names is not None:  # the columns of inducing locations Z
+        coords["input_dim"] = list(problem.feature_names)
     if "feature" in coords:
         coords.setdefault("feature_bis", coords["feature"])
     if "inducing" in coords:

@@ -174,3 +174,58 @@ def test_report_writes_markdown_and_figures(tmp_path, heart):
                 "objective_traces.png"):
         assert (tmp_path / png).stat().st_size > 1000 and png in text
     assert (tmp_path / "comparison.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def fits_without_draws(heart):
+    """A VI reference and three candidates: Platt and BC-SVM (no posterior group) and ECM."""
+    X, y = heart
+    train = slice(0, 100)
+    fits = {
+        "vi": ppl_bsvm.fit(X[train], y[train], model="gp", method="vi", num_draws=300),
+        "platt": ppl_bsvm.fit(X[train], y[train], method="platt"),
+        "bcsvm": ppl_bsvm.fit(X[train], y[train], method="bcsvm", module_size=50,
+                              query_size=50),
+        "ecm": ppl_bsvm.fit(X[train], y[train], model="gp", method="ecm", num_draws=300),
+    }
+    return fits, X[100:160], y[100:160]
+
+
+def test_compare_accepts_fits_without_draws(fits_without_draws):
+    from ppl_bsvm.compare.table import NO_DRAWS, NOTES, has_draws
+
+    fits, X_test, y_test = fits_without_draws
+    assert not has_draws(fits["platt"]) and not has_draws(fits["bcsvm"])
+    table = compare(fits["vi"], {k: f for k, f in fits.items() if k != "vi"}, X_test, y_test,
+                    reference_name="vi", num_draws=200)
+    rows = table.set_index(["candidate", "variable"])
+    # Platt: no latent predictive, no draws: its predictive row only
+    assert [v for c, v in rows.index if c == "platt"] == ["predictive"]
+    assert rows.loc[("platt", "predictive"), "note"] == NO_DRAWS
+    assert 0 <= rows.loc[("platt", "predictive"), "error"] <= 1
+    # BC-SVM: a latent Gaussian at test points (f_test) but no posterior draws of f
+    assert [v for c, v in rows.index if c == "bcsvm"] == ["f_test", "predictive"]
+    assert rows.loc[("bcsvm", "predictive"), "note"] == NO_DRAWS
+    # ECM: its rows of draws say that they are a pseudo-posterior; its predictive row does not
+    assert rows.loc[("ecm", "f"), "note"] == NOTES["ecm"]
+    assert rows.loc[("ecm", "f_test"), "note"] == NOTES["ecm"]
+    assert rows.loc[("ecm", "predictive"), "note"] == ""
+    assert rows.loc[("vi", "predictive"), "note"] == ""
+    # a fit without draws can be the reference too: predictive rows only, no diagnostics
+    swapped = compare(fits["platt"], {"vi": fits["vi"]}, X_test, y_test, reference_name="platt")
+    assert list(swapped["variable"]) == ["predictive", "predictive"]
+    assert swapped.attrs["diagnostics"].empty
+    with pytest.warns(UserWarning, match="has no posterior draws"):
+        compare(fits["vi"], {"platt": fits["platt"]})
+
+
+def test_report_of_fits_without_draws(fits_without_draws, tmp_path):
+    from ppl_bsvm.compare.table import NO_DRAWS
+
+    fits, X_test, y_test = fits_without_draws
+    path = ppl_bsvm.report(fits["vi"], {k: f for k, f in fits.items() if k != "vi"}, X_test,
+                           y_test, folder=tmp_path, reference_name="vi", num_draws=200)
+    text = path.read_text()
+    assert NO_DRAWS in text and "pseudo-posterior" in text
+    assert "ecm: posterior sd of f at the training inputs" in text
+    assert (tmp_path / "marginals_f.png").exists() and (tmp_path / "reliability.png").exists()

@@ -309,7 +309,7 @@ def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, 
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
     factor = cov_factor(chol)
     draws = mvn_draws(key, mu, factor, options.num_draws)
-    intercept = setup.features[-1] == "intercept"
+    intercept = setup.Z.shape[1] == problem.d + 1
 
     idata = beta_idata(problem, setup.features, draws, mu, factor @ factor.T, method=method,
                        stop_reason=result.stop_reason, alpha=alpha, prior_scale=jnp.exp(log_s),

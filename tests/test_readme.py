@@ -1,0 +1,59 @@
+"""The README stays true: its Python blocks run as written, in order, in one namespace.
+
+They run in a fresh interpreter (this one, ``sys.executable``) whose working directory is a
+temporary folder, so the files they write (``reports/my_comparison``, ``run.ckpt``) land
+there; figures go to the Agg backend. A block that fails names itself and its first line.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+
+RUNNER = textwrap.dedent("""
+    import json, sys, traceback
+    blocks = json.load(open(sys.argv[1]))
+    namespace = {"__name__": "__main__"}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)
+        except BaseException:
+            traceback.print_exc()
+            first = block.strip().splitlines()[0]
+            sys.exit(f"README python block {i + 1} of {len(blocks)} failed ({first!r})")
+""")
+
+
+def python_blocks(text: str) -> list[str]:
+    """The contents of the fenced ```python blocks of a Markdown text, in order."""
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_python_blocks_are_found():
+    text = "a\n```python\nx = 1\n```\n```sh\nls\n```\n```python\ny = x\n```\n"
+    assert python_blocks(text) == ["x = 1\n", "y = x\n"]
+    assert len(python_blocks(README.read_text())) >= 9
+
+
+@pytest.mark.slow
+def test_readme_python_blocks_run_in_order(tmp_path):
+    blocks = python_blocks(README.read_text())
+    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
+    (tmp_path / "runner.py").write_text(RUNNER)
+    env = {**os.environ, "MPLBACKEND": "Agg",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    work = tmp_path / "work"
+    work.mkdir()
+    result = subprocess.run([sys.executable, str(tmp_path / "runner.py"),
+                             str(tmp_path / "blocks.json")], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (work / "reports" / "my_comparison" / "report.md").exists()

@@ -271,4 +271,5 @@ def accept(cov, mean_field_cov, residual, what: str, *, stacklevel: int = 3):
         f"{what}: linear_response=True but {reason}; the mean-field covariance is used instead",
         ConvergenceWarning, stacklevel=stacklevel,
     )
-    return np.asarray(mean_field_cov, dtype=np.float64), "mean-field (" + reason.split(";")[0] + ")"
+    fallback = None if mean_field_cov is None else np.asarray(mean_field_cov, dtype=np.float64)
+    return fallback, "mean-field (" + reason.split(";")[0] + ")"

@@ -261,7 +261,7 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
         cov, D, residual, q_lr = _linear_response(kernel, st.params, data, st.alpha,
                                                   lrvb.POLISH_ITER)
         cov, status = lrvb.accept(cov, None, residual, 'fit(model="gp", method="vi")',
-                                  stacklevel=4)
+                                  semidefinite=True, stacklevel=4)
         approximation["f_var_mean_field"] = approximation["f_var"]
         if status == "linear response":
             approximation.update(f_cov=cov, f_var=np.diag(cov))

@@ -379,7 +379,7 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
         2018; :mod:`~ppl_bsvm.inference.vi.lrvb`: implicit differentiation of eq. 14 tilted
         by ``t^T beta``, with the prior scale held at its final value; the fixed point is
         first tightened by at most ``lrvb.POLISH_ITER`` sweeps until its relative residual
-        is below ``lrvb.RESIDUAL_TOL / 100``, the mean staying the engine's) for the draws, the
+        is at most ``lrvb.POLISH_TOL``, the mean staying the engine's) for the draws, the
         predictive and ``idata.approximation.beta_cov`` (the mean-field one stays as
         ``beta_cov_mean_field``; the attribute ``covariance`` says which is used). A fixed
         point not converged or a covariance not positive definite warns

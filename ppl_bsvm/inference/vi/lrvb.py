@@ -177,20 +177,23 @@ def _chunk(n: int, p: int, P: int) -> int:
 
 
 POLISH_ITER = 2000
-"""Sweeps at most that :func:`sites_response` takes from where it starts towards the fixed
-point (until the relative residual is below ``RESIDUAL_TOL / 100``)."""
+"""Sweeps at most that :func:`polish` takes from where an engine stopped towards the fixed
+point (until the relative change of a sweep is at most :data:`POLISH_TOL`)."""
+
+POLISH_TOL = 1e-11
+"""Relative change of a sweep (max norms) at which :func:`polish` stops."""
 
 
 def polish(fixed_map, theta, max_iter: int):
-    """Iterate ``theta <- fixed_map(theta)`` until ``|change|_inf <= RESIDUAL_TOL / 100
-    |theta|_inf`` or ``max_iter`` sweeps (one compiled ``while_loop``)."""
+    """Iterate ``theta <- fixed_map(theta)`` until ``|change|_inf <= POLISH_TOL |theta|_inf`` or
+    ``max_iter`` sweeps (one compiled ``while_loop``)."""
 
     def change(th, new):
         return jnp.max(jnp.abs(new - th)) / jnp.maximum(jnp.max(jnp.abs(th)), 1e-300)
 
     def cond(carry):
         k, th, new = carry
-        return jnp.logical_and(k < max_iter, change(th, new) > RESIDUAL_TOL / 100)
+        return jnp.logical_and(k < max_iter, change(th, new) > POLISH_TOL)
 
     def body(carry):
         k, _, new = carry
@@ -243,10 +246,13 @@ def gp_response(K, fac: gaussian.NoisyFactor, mu, y, alpha, gamma):
     return 0.5 * (cov + cov.T), 0.5 * (D + D.T), residual
 
 
-def accept(cov, mean_field_cov, residual, what: str, *, stacklevel: int = 3):
+def accept(cov, mean_field_cov, residual, what: str, *, semidefinite: bool = False,
+           stacklevel: int = 3):
     """Check a linear-response covariance on the host: ``(cov, status)``.
 
-    ``status`` is ``"linear response"`` when ``cov`` is finite and positive definite and the
+    ``status`` is ``"linear response"`` when ``cov`` is finite and positive definite
+    (``semidefinite``: positive semi-definite up to rounding, smallest eigenvalue at least
+    ``-1e-9`` times the largest, as the covariance of ``f`` under a singular ``K`` is) and the
     fixed point's residual is at most :data:`RESIDUAL_TOL`; otherwise a
     ``ConvergenceWarning`` says why and the mean-field covariance comes back with the status
     ``"mean-field (...)"``.
@@ -263,8 +269,10 @@ def accept(cov, mean_field_cov, residual, what: str, *, stacklevel: int = 3):
         try:
             np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
-            low = float(np.linalg.eigvalsh(cov)[0])
-            reason = f"the linear-response covariance is not positive definite (eigenvalue {low:.3g})"
+            eig = np.linalg.eigvalsh(cov)
+            if not semidefinite or eig[0] < -1e-9 * max(abs(eig[-1]), 1e-300):
+                reason = ("the linear-response covariance is not positive definite (eigenvalue "
+                          f"{eig[0]:.3g})")
     if reason is None:
         return cov, "linear response"
     warnings.warn(

@@ -75,6 +75,7 @@ from ._svi import (
 )
 from ._options import HyperEvery, Learn, LinearResponse, Stochastic
 from .lrvb import Sites, accept, sites_response
+from .psis import linear_log_ratios, psis
 
 __all__ = [
     "LinearVIState",
@@ -324,6 +325,21 @@ def _linear_response(data: LinearData, mu, chol, log_s, method: str):
     return accept(cov, Sigma, residual, f'fit(model="linear", method="{method}")', stacklevel=5)
 
 
+def _psis(data: LinearData, log_s, mu, cov, draws) -> dict:
+    """PSIS of the draws of ``q(beta)`` against the exact posterior (``psis.py``): the
+    ``approximation`` entries ``psis_khat``, ``psis_ess``, ``psis_log_weights`` and, when
+    ``k-hat < 0.7``, the corrected ``beta_mean_psis`` and ``beta_sd_psis``."""
+    chol = jnp.linalg.cholesky(jnp.asarray(cov))
+    result = psis(linear_log_ratios(data.Z, jnp.exp(log_s), data.gamma, mu, chol, draws), draws)
+    if result is None:
+        return {}
+    out = {"psis_khat": result.khat, "psis_ess": result.ess,
+           "psis_log_weights": result.log_weights}
+    if result.mean is not None:
+        out.update(beta_mean_psis=result.mean, beta_sd_psis=result.sd)
+    return out
+
+
 def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, method,
                    elapsed, extra_trace, resolved) -> Approximation:
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
@@ -341,6 +357,7 @@ def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, 
     draws = mvn_draws(key, mu, factor, options.num_draws)
     intercept = setup.features[-1] == "intercept"
     extra = {"beta_cov_mean_field": mean_field} if options.linear_response else {}
+    extra.update(_psis(data, log_s, mu, cov, draws[0]))
     idata = beta_idata(problem, setup.features, draws, mu, cov, method=method,
                        stop_reason=result.stop_reason, alpha=alpha, prior_scale=jnp.exp(log_s),
                        elbo=value, covariance=status, **extra)

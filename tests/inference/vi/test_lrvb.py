@@ -118,7 +118,7 @@ def test_linear_response_is_exact_for_a_gaussian_target():
     np.testing.assert_allclose(sweep(m, 0.0), m)
 
 
-def test_gp_linear_response_matches_the_tilted_fixed_point_and_the_linear_model():
+def test_gp_linear_response_matches_the_tilted_fixed_point_and_the_linear_model(tmp_path):
     """B-BSVM with a linear kernel is the linear model (no intercept): its closed-form linear
     response of ``f`` must equal ``X Cov_LR(beta) X^T`` from the jvp-based linear one, and the
     finite differences of the tilted CAVI."""
@@ -141,6 +141,10 @@ def test_gp_linear_response_matches_the_tilted_fixed_point_and_the_linear_model(
     Xs = np.array([[0.5, 1.0], [-1.0, 0.2]])
     np.testing.assert_allclose(gp.predict_latent(Xs)[1], np.einsum("ij,jk,ik->i", Xs, C, Xs),
                                rtol=1e-6)
+    gp.save(tmp_path / "gp")  # the dense predictive is data: it saves and loads
+    loaded = ppl_bsvm.load(tmp_path / "gp")
+    np.testing.assert_array_equal(loaded.predict_latent(Xs)[1], gp.predict_latent(Xs)[1])
+    assert loaded.idata.attrs["covariance"] == "linear response"
 
 
 def test_gp_linear_response_of_an_rbf_fit_against_finite_differences():

@@ -49,12 +49,30 @@ class PSIS(NamedTuple):
     sd: np.ndarray | None
 
 
+CHUNK = 2048
+"""Rows of ``Z`` per block of :func:`linear_log_ratios` (memory ``O(S CHUNK)``)."""
+
+
+def _hinge_sums(Z, draws):
+    """``sum_i max(0, 1 - z_i^T beta_s)`` for each draw, over blocks of :data:`CHUNK` rows."""
+    n, p = Z.shape
+    blocks = -(-n // CHUNK)
+    Zb = jnp.pad(Z, ((0, blocks * CHUNK - n), (0, 0))).reshape(blocks, CHUNK, p)
+    mask = (jnp.arange(blocks * CHUNK) < n).reshape(blocks, CHUNK).astype(Z.dtype)
+
+    def body(acc, block):
+        z, keep = block
+        return acc + jnp.maximum(0.0, 1.0 - draws @ z.T) @ keep, None
+
+    return jax.lax.scan(body, jnp.zeros(draws.shape[0], draws.dtype), (Zb, mask))[0]
+
+
 @jax.jit
 def linear_log_ratios(Z, prior_scale, gamma, mean, cov_factor, draws):
     """``log p(beta_s, y) - log q(beta_s)`` (module doc, up to a constant) for draws ``(S, p)``
-    of ``q = N(mean, F F^T)`` with ``F = cov_factor`` lower triangular."""
+    of ``q = N(mean, F F^T)`` with ``F = cov_factor`` lower triangular: ``O(S n p)``."""
     log_p = (-0.5 * jnp.sum(draws**2, axis=1) / prior_scale**2
-             - 2.0 * gamma * jnp.sum(jnp.maximum(0.0, 1.0 - draws @ Z.T), axis=1))
+             - 2.0 * gamma * _hinge_sums(Z, draws))
     white = jax.scipy.linalg.solve_triangular(cov_factor, (draws - mean).T, lower=True)
     log_q = -0.5 * jnp.sum(white**2, axis=0) - jnp.sum(jnp.log(jnp.abs(jnp.diag(cov_factor))))
     return log_p - log_q

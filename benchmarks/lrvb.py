@@ -54,7 +54,7 @@ GP_GIBBS = {"num_samples": 2500, "num_warmup": 500, "num_chains": 4}
 QUICK_GIBBS = {"num_samples": 300, "num_warmup": 200, "num_chains": 2}
 GRID = 241
 SPAN = 8.0
-REPEATS = 7
+REPEATS = 15
 TARGETS = {"linear_median": (0.9, 1.1), "linear_range": (0.7, 1.35), "gp_sd": (0.85, 1.15),
            "gp_coverage": 0.85, "cost": 3.0}
 

@@ -201,7 +201,21 @@ class BBSVMOptions(Iteration, Temperature, Learn, HyperRate, LinearResponse, Jit
     tol: float = 1e-9
 
 
-@register("vi", ("gp",), options=BBSVMOptions, memory=dense_bytes(4))
+LR_COPIES = 14
+"""Dense ``n x n`` matrices alive at the peak of ``linear_response=True`` (``lrvb.gp_response``:
+``Sigma``, ``H``, the system and its solution, the covariance and its products, ``D`` and its
+factors, and the draws' square root), against 4 for the mean-field fit."""
+
+
+def _memory(n: int, d: int, options: dict) -> int:
+    """Working bytes: :data:`LR_COPIES` or 4 dense ``n x n`` matrices (``_memory``)."""
+    return dense_bytes(LR_COPIES if options.get("linear_response") else 4)(n, d, options)
+
+
+_memory.dense = True
+
+
+@register("vi", ("gp",), options=BBSVMOptions, memory=_memory)
 def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Approximation:
     """B-BSVM: batch mean-field VI for the GP Bayesian SVM (Wenzel et al. 2017, 4.1), O(n^3).
 

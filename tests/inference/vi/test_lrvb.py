@@ -195,3 +195,11 @@ def test_linear_response_option_is_validated(model, method):
     X, y = _problem()
     with pytest.raises(ValueError, match="linear_response"):
         ppl_bsvm.fit(X, y, model=model, method=method, linear_response="yes")
+
+
+def test_the_memory_estimate_counts_the_linear_response_matrices():
+    from ppl_bsvm.inference.vi import bbsvm
+
+    mf = bbsvm._memory(1000, 5, {"linear_response": False})
+    lr = bbsvm._memory(1000, 5, {"linear_response": True})
+    assert mf == 4 * 1000**2 * 8 and lr == bbsvm.LR_COPIES * 1000**2 * 8 and bbsvm._memory.dense

@@ -331,10 +331,35 @@ class Fit:
             lines.append(f"  {key}: {np.array2string(np.atleast_1d(value), precision=4)}")
         if self.jitter is not None:
             lines.append(f"  jitter (relative): {self.jitter:g}")
+        lines.extend(_approximation_lines(self.idata))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _approximation_lines(idata) -> list[str]:
+    """``Fit.summary``'s lines on a Gaussian approximation's quality: which covariance it uses
+    (``linear_response``) and its PSIS diagnostic against the exact posterior
+    (``ppl_bsvm.inference.vi.psis``)."""
+    lines = []
+    status = idata.attrs.get("covariance")
+    if status:
+        lines.append(f"  covariance: {status}")
+    if "approximation" not in idata.children or "psis_khat" not in idata["approximation"]:
+        return lines
+    a = idata["approximation"]
+    khat, ess = float(a["psis_khat"]), float(a["psis_ess"])
+    if khat < 0.5:
+        verdict = "good: q is close to the exact posterior"
+    elif khat < 0.7:
+        verdict = "usable: importance-weighted means and sds in idata.approximation"
+    else:
+        verdict = ("q is far from the exact posterior (too narrow?): do not trust its "
+                   "uncertainty; try linear_response=True or a sampler")
+    draws = a["psis_log_weights"].size
+    lines.append(f"  PSIS k-hat: {khat:.2f} ({verdict}; importance ESS {ess:.0f} of {draws})")
+    return lines
 
 
 def _versions() -> dict[str, str]:

@@ -74,6 +74,7 @@ def headline(table: pd.DataFrame) -> list[str]:
                     f"on average; means are {row['mean_error_sd']:.2f} {ref} sd away "
                     f"(max {row['max_mean_error_sd']:.2f}); its 90% intervals hold "
                     f"{100 * row['coverage_90']:.0f}% of the {ref} draws{note}."
+                    + _khat_note(row.get("psis_khat", np.nan))
                 )
             elif row["variable"] == "predictive":
                 lines.append(
@@ -81,6 +82,15 @@ def headline(table: pd.DataFrame) -> list[str]:
                     f"{row['prob_mad']:.3f} on average{note}."
                 )
     return lines
+
+
+def _khat_note(khat) -> str:
+    """The headline's note on a candidate's own PSIS k-hat (none when it has none)."""
+    if khat is None or not np.isfinite(khat):
+        return ""
+    verdict = "its uncertainty can be trusted without a reference" if khat < 0.7 else (
+        "it is far from the exact posterior by its own diagnostic")
+    return f" PSIS k-hat {khat:.2f}: {verdict}."
 
 
 def _save(obj, path: Path) -> None:

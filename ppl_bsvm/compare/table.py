@@ -40,6 +40,7 @@ POSTERIOR_METRICS = (
     "coverage_50",
     "coverage_90",
     "gauss_fit",
+    "psis_khat",
 )
 """Per (candidate, variable):
 
@@ -53,7 +54,14 @@ POSTERIOR_METRICS = (
   inside the candidate's central 50% / 90% interval (ideal: 0.5 / 0.9).
 - ``gauss_fit``: ``"joint"`` (full covariance) or ``"diagonal"`` (product of marginals: used
   when there are fewer than 5 draws per dimension, and always for ``f_test``, whose Gaussian
-  predictors expose marginals only)."""
+  predictors expose marginals only).
+- ``psis_khat``: the candidate's own PSIS diagnostic against the exact posterior
+  (``ppl_bsvm.inference.vi.psis``; linear VI and SVI), which needs no reference: below 0.7
+  its uncertainty can be trusted after importance weighting.
+
+A candidate fitted with ``linear_response=True`` adds a row ``"<name> (mean-field)"`` beside
+its own (draws of the mean-field ``q`` it also stores), and one whose ``k-hat`` is below 0.7 a
+row ``"<name> (PSIS)"`` (its draws resampled with the importance weights)."""
 
 PREDICTIVE_METRICS = ("prob_mad", "error", "brier", "nlpd", "auc", "ece")
 """Per fit, on the test data (variable ``"predictive"``): ``prob_mad`` = mean absolute
@@ -116,6 +124,34 @@ def _posterior_row(cand: np.ndarray, ref: np.ndarray, *, diagonal: bool, max_dra
         "coverage_90": float(np.mean(distances.interval_coverage(cand, ref, 0.9))),
         "gauss_fit": "diagonal" if diagonal else "joint",
     }
+
+
+def _derived_draws(cand: Fit, var: str, seed: int) -> dict[str, np.ndarray]:
+    """The rows a fit adds beside its own for ``var`` (:data:`POSTERIOR_METRICS`): suffix ->
+    draws ``(S, dim)``."""
+    if "approximation" not in cand.idata.children:
+        return {}
+    a = cand.idata["approximation"]
+    rng = np.random.default_rng(seed)
+    S = cand.idata.posterior.sizes["draw"] * cand.idata.posterior.sizes["chain"]
+    out = {}
+    if cand.idata.attrs.get("covariance") == "linear response":
+        if var == "beta" and "beta_cov_mean_field" in a:
+            out["mean-field"] = rng.multivariate_normal(
+                a["beta_mean"].values, a["beta_cov_mean_field"].values, S)
+        elif var == "f" and "f_var_mean_field" in a:
+            mean, var_mf = a["f_mean"].values, a["f_var_mean_field"].values
+            out["mean-field"] = mean + np.sqrt(var_mf) * rng.standard_normal((S, mean.size))
+    if var == "beta" and "beta_mean_psis" in a:
+        draws = posterior_draws(cand, var)
+        w = np.exp(a["psis_log_weights"].values - np.max(a["psis_log_weights"].values))
+        out["PSIS"] = draws[rng.choice(len(draws), size=len(draws), p=w / w.sum())]
+    return out
+
+
+def _khat(cand: Fit, var: str) -> float:
+    a = cand.idata["approximation"] if "approximation" in cand.idata.children else {}
+    return float(a["psis_khat"]) if var == "beta" and "psis_khat" in a else np.nan
 
 
 def _shared_variables(reference: Fit, cand: Fit, name: str) -> list[str]:
@@ -216,9 +252,17 @@ def compare(
     for name, cand in candidates.items():
         shared = _shared_variables(reference, cand, name)
         for var in shared:
-            row = _posterior_row(posterior_draws(cand, var), posterior_draws(reference, var),
+            ref_draws = posterior_draws(reference, var)
+            row = _posterior_row(posterior_draws(cand, var), ref_draws,
                                  diagonal=False, max_draws=num_draws, seed=seed)
-            rows.append({"candidate": name, "variable": var, **row, "note": _note(cand, var)})
+            rows.append({"candidate": name, "variable": var, **row,
+                         "psis_khat": _khat(cand, var), "note": _note(cand, var)})
+            for suffix, draws in _derived_draws(cand, var, seed).items():
+                row = _posterior_row(draws, ref_draws, diagonal=False, max_draws=num_draws,
+                                     seed=seed)
+                rows.append({"candidate": f"{name} ({suffix})", "variable": var, **row,
+                             "psis_khat": _khat(cand, var) if suffix == "PSIS" else np.nan,
+                             "note": _note(cand, var)})
         if X_test is not None:
             cand_test = _latent_draws(cand, X_test, num_draws, seed + 1)
             if cand_test is not None and ref_test is not None:

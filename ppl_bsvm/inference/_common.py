@@ -202,14 +202,20 @@ def gaussian_idata(
         "alpha": ["obs"],
         "beta_mean": ["feature"],
         "beta_cov": ["feature", "feature_bis"],
+        "beta_cov_mean_field": ["feature", "feature_bis"],
+        "beta_mean_psis": ["feature"],
+        "beta_sd_psis": ["feature"],
+        "psis_log_weights": ["draw"],
         "u_mean": ["inducing"],
         "u_cov": ["inducing", "inducing_bis"],
+        "f_cov": ["obs", "obs_bis"],
         "Z": ["inducing", "input_dim"],
     }
     coords = dict(coords or {})
     coords.setdefault("obs", np.arange(problem.n))
     if problem.feature_names is not None:  # the columns of inducing locations Z
         coords["input_dim"] = list(problem.feature_names)
+    coords.setdefault("obs_bis", coords["obs"])
     if "feature" in coords:
         coords.setdefault("feature_bis", coords["feature"])
     if "inducing" in coords:
@@ -226,14 +232,16 @@ def gaussian_idata(
 
 
 def beta_idata(problem: Problem, features, draws, mean, cov, *, method: str, stop_reason: str,
-               **approximation):
+               covariance: str | None = None, **approximation):
     """:func:`gaussian_idata` of a Gaussian ``q(beta)`` of the linear model: the draws, its
-    mean and covariance, and the engine's other ``approximation`` arrays."""
+    mean and covariance, and the engine's other ``approximation`` arrays (``covariance``: the
+    attribute saying which covariance ``beta_cov`` is, where an engine offers a choice)."""
     return gaussian_idata(
         {"beta": draws},
         problem=problem,
         coords={"feature": features},
         approximation={"beta_mean": np.asarray(mean), "beta_cov": np.asarray(cov),
                        **{k: np.asarray(v) for k, v in approximation.items()}},
-        attrs={"method": method, "model": "linear", "stop_reason": stop_reason},
+        attrs={"method": method, "model": "linear", "stop_reason": stop_reason,
+               "covariance": covariance},
     )

@@ -15,6 +15,9 @@ Families (``X*`` rows ``x_*``, ``k_*`` the kernel column ``k(X, x_*)``):
     GP regression with per-point noise (B-BSVM, ECM, GPC's Laplace and EP):
     :math:`m = k_*^\top a`, :math:`v = k_{**} - |L^{-1} S k_*|^2`
     (``ppl_bsvm.inference.gaussian.predict``).
+``gp_dense``
+    ``q(f) = N(K a, K - K D K)`` with a dense ``D`` (B-BSVM's linear response):
+    :math:`m = k_*^\top a`, :math:`v = k_{**} - k_*^\top D k_*`.
 ``linear_gaussian``
     ``q(beta) = N(mu, P^{-1})`` with ``P = L L^T``: :math:`m = x_*^\top \mu`,
     :math:`v = |L^{-1} x_*|^2` (linear VI, SVI, ECM).
@@ -45,6 +48,8 @@ __all__ = [
     "padded_size",
     "GPNoisy",
     "gp_noisy",
+    "GPDense",
+    "gp_dense",
     "LinearGaussian",
     "linear_gaussian",
     "linear_draws",
@@ -118,6 +123,27 @@ def gp_noisy(kernel, arrays: GPNoisy, Xs):
     fac = gaussian.NoisyFactor(arrays.chol, arrays.s)
     K_cross = kernel.K(arrays.params, arrays.X, Xs)
     return gaussian.predict(fac, arrays.a, K_cross, kernel.diag(arrays.params, Xs))
+
+
+class GPDense(NamedTuple):
+    """A Gaussian ``q(f) = N(K a, K - K D K)`` at the training inputs ``X (n, d)`` with a dense
+    ``D (n, n)`` (B-BSVM's linear-response covariance, ``inference.vi.lrvb``), kernel
+    ``params`` and the weights ``a (n,)``."""
+
+    X: jnp.ndarray
+    params: dict
+    D: jnp.ndarray
+    a: jnp.ndarray
+
+
+@latent_family
+@partial(jax.jit, static_argnums=0)
+def gp_dense(kernel, arrays: GPDense, Xs):
+    r"""Mean and variance ``(n*,)`` of ``f_*`` given ``q(f) = N(K a, K - K D K)``:
+    :math:`m = k_*^\top a`, :math:`v = k_{**} - k_*^\top D k_*` (``K^{-1}`` cancels)."""
+    K_cross = kernel.K(arrays.params, arrays.X, Xs)
+    var = kernel.diag(arrays.params, Xs) - jnp.sum(K_cross * (arrays.D @ K_cross), axis=0)
+    return K_cross.T @ arrays.a, jnp.maximum(var, 0.0)
 
 
 def _design(X, intercept: bool):

@@ -229,3 +229,31 @@ def test_report_of_fits_without_draws(fits_without_draws, tmp_path):
     assert NO_DRAWS in text and "pseudo-posterior" in text
     assert "ecm: posterior sd of f at the training inputs" in text
     assert (tmp_path / "marginals_f.png").exists() and (tmp_path / "reliability.png").exists()
+
+
+def test_linear_response_fits_add_mean_field_and_psis_rows(tmp_path):
+    """A fit with ``linear_response=True`` is compared with its own mean-field ``q`` and its
+    PSIS-weighted draws; ``psis_khat`` needs no reference (the reference here is the fit itself,
+    so its own row is at distance ~0 and the mean-field row's sd ratio is that of the stored
+    covariances)."""
+    r = np.random.default_rng(5)
+    X = r.standard_normal((40, 2))
+    y = np.where(X @ np.array([1.0, -0.7]) + 0.8 * r.standard_normal(40) > 0, 1.0, -1.0)
+    lr = ppl_bsvm.fit(X, y, model="linear", method="vi", intercept=False, num_draws=4000,
+                      linear_response=True)
+    table = compare(lr, {"lr": lr})
+    beta = table[table["variable"] == "beta"].set_index("candidate")
+    assert list(beta.index) == ["lr", "lr (mean-field)", "lr (PSIS)"]
+    a = lr.idata["approximation"]
+    expected = np.mean(np.sqrt(np.diag(a["beta_cov_mean_field"].values)
+                               / np.diag(a["beta_cov"].values)))
+    # sd ratio from 4000 draws each: relative error about sqrt(2 / 4000) per coordinate
+    assert beta.loc["lr (mean-field)", "sd_ratio"] == pytest.approx(expected, rel=0.05)
+    assert beta.loc["lr", "sd_ratio"] == pytest.approx(1.0, abs=1e-12)
+    assert beta.loc["lr", "psis_khat"] == pytest.approx(float(a["psis_khat"]))
+    assert beta.loc["lr (PSIS)", "psis_khat"] < 0.7
+    assert np.isnan(beta.loc["lr (mean-field)", "psis_khat"])
+    from ppl_bsvm.compare import report
+
+    text = report(lr, {"lr": lr}, folder=tmp_path).read_text()
+    assert "lr (mean-field)" in text and "psis_khat" in text and "PSIS k-hat" in text

@@ -14,7 +14,7 @@ from ...engine import Options, optional
 from ..inducing import INDUCING_METHODS
 from . import schedules
 
-__all__ = ["Learn", "HyperRate", "HyperEvery", "Stochastic", "Inducing"]
+__all__ = ["Learn", "HyperRate", "HyperEvery", "Stochastic", "Inducing", "LinearResponse"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -23,6 +23,16 @@ class Learn(Options):
 
     learn_hyperparameters: bool = False
     _validators = {"learn_hyperparameters": boolean}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearResponse(Options):
+    """``linear_response``: replace q's mean-field covariance by the linear-response covariance
+    of the converged fixed point (Giordano et al. 2018; :mod:`~ppl_bsvm.inference.vi.lrvb`) in
+    the draws and the predictive."""
+
+    linear_response: bool = False
+    _validators = {"linear_response": boolean}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

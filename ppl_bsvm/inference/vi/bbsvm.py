@@ -22,6 +22,10 @@ on the kernel's log-parameters along ``jax.grad`` of ``max_q L(q, alpha, h)`` at
 ``log N(t; 0, K_h + N) + const`` (its gradient equals that of the ELBO at the optimal ``q``,
 by the envelope theorem).
 
+Linear response (``linear_response=True``): the covariance of ``f`` is replaced by the response
+of the fixed point's mean to the tilt ``log p + t^T f`` (Giordano et al. 2018, eq. 5), in closed
+form by :func:`ppl_bsvm.inference.vi.lrvb.gp_response`.
+
 Predictions: ``q(f*) = N(k_*^T (K + N)^{-1} t, k_** - k_*^T (K + N)^{-1} k_*)`` (spec section 5
 with ``kappa_* = k_*^T K^{-1}``: ``k_** - kappa_* k_* + kappa_* Sigma kappa_*^T`` simplifies to
 this).
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -44,11 +49,12 @@ from ...engine import Approximation, Draws, Iteration, Jitter, Link, Temperature
 from ...kernels import Kernel, gram
 from ...predictive import GaussianPredictor
 from .. import gaussian
-from ..latent import GPNoisy, Latent, gp_noisy
+from ..latent import GPDense, GPNoisy, Latent, gp_dense, gp_noisy
 from .._common import check_kernel_matrix, gaussian_idata
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
-from ._options import HyperRate, Learn
+from . import lrvb
+from ._options import HyperRate, Learn, LinearResponse
 from .hyper import AdamState, adam_ascent, adam_init
 from .schedules import as_step_size
 
@@ -177,15 +183,39 @@ def step(static: Static, _key, state: BBSVMState, data: BBSVMData):
 
 
 
+@partial(jax.jit, static_argnames=("kernel", "max_iter"))
+def _linear_response(kernel: Kernel, params, data: BBSVMData, alpha, max_iter: int):
+    """``lrvb.gp_response`` at the fixed point of the sweep (fixed hyperparameters) reached from
+    ``alpha`` by ``lrvb.polish``: ``(cov, D, residual, q)``."""
+    alpha = lrvb.polish(lambda a: _collapse(optimal_q(kernel, params, data, a), data, a)[0],
+                        alpha, max_iter)
+    q = optimal_q(kernel, params, data, alpha)
+    return (*lrvb.gp_response(q.K, q.fac, q.mean, data.y, alpha, data.gamma), q)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BBSVMOptions(Iteration, Temperature, Learn, HyperRate, Jitter, Draws, Link):
+class BBSVMOptions(Iteration, Temperature, Learn, HyperRate, LinearResponse, Jitter, Draws, Link):
     """Options of ``fit(model="gp", method="vi")`` (see :func:`bbsvm`)."""
 
     max_iter: int = 500
     tol: float = 1e-9
 
 
-@register("vi", ("gp",), options=BBSVMOptions, memory=dense_bytes(4))
+LR_COPIES = 14
+"""Dense ``n x n`` matrices alive at the peak of ``linear_response=True`` (``lrvb.gp_response``:
+``Sigma``, ``H``, the system and its solution, the covariance and its products, ``D`` and its
+factors, and the draws' square root), against 4 for the mean-field fit."""
+
+
+def _memory(n: int, d: int, options: dict) -> int:
+    """Working bytes: :data:`LR_COPIES` or 4 dense ``n x n`` matrices (``_memory``)."""
+    return dense_bytes(LR_COPIES if options.get("linear_response") else 4)(n, d, options)
+
+
+_memory.dense = True
+
+
+@register("vi", ("gp",), options=BBSVMOptions, memory=_memory)
 def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Approximation:
     """B-BSVM: batch mean-field VI for the GP Bayesian SVM (Wenzel et al. 2017, 4.1), O(n^3).
 
@@ -209,6 +239,14 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
         Draws from ``q(f)`` stored in ``idata.posterior.f``.
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba``.
+    linear_response : bool, default=False
+        Use the linear-response covariance of ``f`` (Giordano et al. 2018;
+        :func:`ppl_bsvm.inference.vi.lrvb.gp_response`, one ``n x n`` solve, ``O(n^3)``) at the
+        fixed point of the sweep, tightened first by at most ``lrvb.POLISH_ITER`` sweeps, for
+        the draws, the predictive variances and ``idata.approximation`` (``f_cov``, ``f_var``;
+        the mean-field variances stay as ``f_var_mean_field``; the attribute ``covariance``
+        says which is used; hyperparameters held at their final values). Where it fails its
+        check (``lrvb.accept``) a ``ConvergenceWarning`` and the mean-field answer.
     """
     gamma, jitter, learn = options.gamma, options.jitter, options.learn_hyperparameters
     hyper_lr = as_step_size(options.hyper_lr, "hyper_lr")
@@ -228,27 +266,41 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
     st = result.state
     q = optimal_q(kernel, st.params, data, st.alpha)
     alpha, value = _collapse(q, data, st.alpha)
-    draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, options.num_draws)
+    approximation = {"f_mean": np.asarray(q.mean), "f_var": np.asarray(q.var),
+                     "alpha": np.asarray(alpha), "elbo": np.asarray(value)}
+    latent = Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights))
+    status, timings = None, {}
+    if options.linear_response:
+        t1 = time.perf_counter()
+        cov, D, residual, q_lr = _linear_response(kernel, st.params, data, st.alpha,
+                                                  lrvb.POLISH_ITER)
+        cov, status = lrvb.accept(cov, None, residual, 'fit(model="gp", method="vi")',
+                                  semidefinite=True, stacklevel=4)
+        approximation["f_var_mean_field"] = approximation["f_var"]
+        if status == "linear response":
+            approximation.update(f_cov=cov, f_var=np.diag(cov))
+            latent = Latent(gp_dense, kernel, GPDense(X, st.params, D, q_lr.weights))
+        timings = {"linear_response": time.perf_counter() - t1}
+    if status == "linear response":
+        draws = np.asarray(q.mean + jax.random.normal(key, (options.num_draws, problem.n))
+                           @ gaussian.psd_sqrt(jnp.asarray(cov)).T)
+    else:
+        draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, options.num_draws)
     elapsed = time.perf_counter() - t0
 
     idata = gaussian_idata(
         {"f": np.asarray(draws)[None]},
         problem=problem,
-        approximation={
-            "f_mean": np.asarray(q.mean),
-            "f_var": np.asarray(q.var),
-            "alpha": np.asarray(alpha),
-            "elbo": np.asarray(value),
-        },
-        attrs={"method": "vi", "model": "gp", "stop_reason": result.stop_reason},
+        approximation=approximation,
+        attrs={"method": "vi", "model": "gp", "stop_reason": result.stop_reason,
+               "covariance": status},
     )
     trace = {
         "elbo": result.infos.elbo,
         "elbo_step": np.arange(1, result.n_iter + 1),
         **{k: np.asarray(v) for k, v in result.infos.hyper.items()},
     }
-    latent = Latent(gp_noisy, kernel, GPNoisy(X, st.params, q.fac.chol, q.fac.s, q.weights))
     return Approximation.from_run(
         result, idata=idata, predictor=GaussianPredictor(latent, link=options.link, gamma=gamma),
-        seconds=elapsed, trace=trace, kernel_params=st.params, jitter=jitter,
+        seconds=elapsed, trace=trace, kernel_params=st.params, jitter=jitter, timings=timings,
     )

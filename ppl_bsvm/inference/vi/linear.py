@@ -26,6 +26,12 @@ step. It stops in epochs (``_svi.ElboEstimate``): the batches' data terms, summe
 stops when two consecutive estimates differ by less than ``tol`` (relative, beyond their
 sampling error). ``elbo_every=k`` also records the exact full-data ELBO every ``k`` steps
 (``O(n p^2)`` each; trace ``elbo_exact``).
+
+Linear response (``linear_response=True``, both methods): the covariance of ``q(beta)`` is
+replaced by ``d mu*(t) / dt`` at ``t = 0``, the response of the batch fixed point of eq. 14 to
+the tilt ``log p + t^T beta`` (Giordano et al. 2018, eq. 5), by implicit differentiation in
+:mod:`~ppl_bsvm.inference.vi.lrvb`: ``Cov_LR = [(I - dG/dtheta)^{-1} dG/dt]_mu`` with
+``theta = (mu, vech zeta)``.
 """
 
 from __future__ import annotations
@@ -67,7 +73,9 @@ from ._svi import (
     stream_keys,
     svi_step,
 )
-from ._options import HyperEvery, Learn, Stochastic
+from ._options import HyperEvery, Learn, LinearResponse, Stochastic
+from .lrvb import Sites, accept, sites_response
+from .psis import linear_log_ratios, psis
 
 __all__ = [
     "LinearVIState",
@@ -281,7 +289,7 @@ def linear_svi_step(static: SVIStatic, key, state: LinearSVIState, data: LinearD
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LinearVIOptions(LinearPrior, Temperature, Learn, Iteration, Draws, Link):
+class LinearVIOptions(LinearPrior, Temperature, Learn, LinearResponse, Iteration, Draws, Link):
     """Options of ``fit(model="linear", method="vi")`` (see :func:`linear_vi`)."""
 
     max_iter: int = 1000
@@ -289,8 +297,8 @@ class LinearVIOptions(LinearPrior, Temperature, Learn, Iteration, Draws, Link):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LinearSVIOptions(LinearPrior, Temperature, Stochastic, Learn, HyperEvery, Iteration,
-                       Draws, Link):
+class LinearSVIOptions(LinearPrior, Temperature, Stochastic, Learn, HyperEvery, LinearResponse,
+                       Iteration, Draws, Link):
     """Options of ``fit(model="linear", method="svi")`` (see :func:`linear_svi`)."""
 
     max_iter: int = 20000
@@ -304,21 +312,60 @@ def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None) -> 
     )
 
 
+def _linear_response(data: LinearData, mu, chol, log_s, method: str):
+    """The linear-response covariance of ``q(beta)`` at the fixed point of eq. 14 over all
+    data reached from ``(mu, chol)`` (``lrvb.sites_response``; the prior scale held at its
+    value), checked by ``lrvb.accept``: ``(cov, status)``."""
+    p = mu.shape[0]
+    factor = cov_factor(chol)
+    Sigma = factor @ factor.T
+    sites = Sites(data.Z, jnp.eye(p, dtype=mu.dtype) * jnp.exp(-2.0 * log_s), data.gamma,
+                  jnp.zeros((), mu.dtype))
+    cov, residual, _ = sites_response(sites, mu, Sigma)
+    return accept(cov, Sigma, residual, f'fit(model="linear", method="{method}")', stacklevel=5)
+
+
+def _psis(data: LinearData, log_s, mu, cov, draws) -> dict:
+    """PSIS of the draws of ``q(beta)`` against the exact posterior (``psis.py``): the
+    ``approximation`` entries ``psis_khat``, ``psis_ess``, ``psis_log_weights`` and, when
+    ``k-hat < 0.7``, the corrected ``beta_mean_psis`` and ``beta_sd_psis``."""
+    chol = jnp.linalg.cholesky(jnp.asarray(cov))
+    result = psis(linear_log_ratios(data.Z, jnp.exp(log_s), data.gamma, mu, chol, draws), draws)
+    if result is None:
+        return {}
+    out = {"psis_khat": result.khat, "psis_ess": result.ess,
+           "psis_log_weights": result.log_weights}
+    if result.mean is not None:
+        out.update(beta_mean_psis=result.mean, beta_sd_psis=result.sd)
+    return out
+
+
 def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, method,
                    elapsed, extra_trace, resolved) -> Approximation:
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
     factor = cov_factor(chol)
+    cov = mean_field = factor @ factor.T
+    status = None
+    timings = {}
+    if options.linear_response:
+        t0 = time.perf_counter()
+        cov, status = _linear_response(data, mu, chol, log_s, method)
+        if status == "linear response":
+            factor = jnp.linalg.cholesky(jnp.asarray(cov))
+            chol = jnp.linalg.cholesky(jnp.linalg.inv(jnp.asarray(cov)))
+        timings = {"linear_response": time.perf_counter() - t0}
     draws = mvn_draws(key, mu, factor, options.num_draws)
     intercept = setup.Z.shape[1] == problem.d + 1
-
-    idata = beta_idata(problem, setup.features, draws, mu, factor @ factor.T, method=method,
+    extra = {"beta_cov_mean_field": mean_field} if options.linear_response else {}
+    extra.update(_psis(data, log_s, mu, cov, draws[0]))
+    idata = beta_idata(problem, setup.features, draws, mu, cov, method=method,
                        stop_reason=result.stop_reason, alpha=alpha, prior_scale=jnp.exp(log_s),
-                       elbo=value)
+                       elbo=value, covariance=status, **extra)
     latent = Latent(linear_gaussian, intercept, LinearGaussian(mu, chol))
     return Approximation.from_run(
         result, idata=idata,
         predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
-        seconds=elapsed, trace=extra_trace, options=resolved,
+        seconds=elapsed, trace=extra_trace, options=resolved, timings=timings,
         checkpoint=result if method == "svi" else None,
     )
 
@@ -344,6 +391,16 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
         Draws from ``q(beta)`` stored in ``idata.posterior.beta``.
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba`` (``ppl_bsvm.predictive``).
+    linear_response : bool, default=False
+        Use the linear-response covariance of the converged fixed point (Giordano et al.
+        2018; :mod:`~ppl_bsvm.inference.vi.lrvb`: implicit differentiation of eq. 14 tilted
+        by ``t^T beta``, with the prior scale held at its final value; the fixed point is
+        first tightened by at most ``lrvb.POLISH_ITER`` sweeps until its relative residual
+        is at most ``lrvb.POLISH_TOL``, the mean staying the engine's) for the draws, the
+        predictive and ``idata.approximation.beta_cov`` (the mean-field one stays as
+        ``beta_cov_mean_field``; the attribute ``covariance`` says which is used). A fixed
+        point not converged or a covariance not positive definite warns
+        (``ConvergenceWarning``) and keeps the mean-field covariance.
     """
     t0 = time.perf_counter()
     setup = linear_setup(problem, options.intercept)
@@ -370,6 +427,10 @@ def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
     -----------------------------------
     prior_scale, intercept, gamma, num_draws, link
         As for ``method="vi"``.
+    linear_response : bool, default=False
+        As for ``method="vi"``, at the fixed point of the batch iteration over all data (the
+        natural-gradient step with ``rho = 1``), reached from SVI's ``q(beta)`` by at most
+        ``lrvb.POLISH_ITER`` sweeps of ``O(n p^2)``; the mean stays SVI's.
     batch_size : int, optional
         Minibatch size ``|S|`` (at most ``n``); default ``min(100, n)``.
     learning_rate : str, float, schedule or callable, default="robbins_monro"

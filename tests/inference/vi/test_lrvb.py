@@ -1,0 +1,205 @@
+"""Linear-response VI (``inference/vi/lrvb.py``): finite differences of the tilted coordinate
+ascent (an independent numpy implementation), exactness for a Gaussian target, the linear
+and GP implementations against each other, and the fallback to mean-field."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppl_bsvm
+from ppl_bsvm.exceptions import ConvergenceWarning
+from ppl_bsvm.inference.vi import lrvb
+
+
+RBF = ppl_bsvm.kernels.RBF(lengthscale=1.5, variance=2.0)
+
+
+def _problem(n=40, seed=5):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, 2))
+    y = np.where(X @ np.array([1.0, -0.7]) + 0.2 + 0.8 * r.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _cavi_mean(Z, prior_prec, gamma, t, iters=20000, tol=1e-14, prior_cov=None):
+    """numpy coordinate ascent of eq. 14 tilted by ``t^T x`` (alpha-space), its mean; with
+    ``prior_cov`` (the GP, ``Z = diag(y)``) ``Sigma = K - K (K + W^{-1})^{-1} K`` instead."""
+    alpha = np.ones(Z.shape[0])
+    mu = np.zeros(Z.shape[1])
+    for _ in range(iters):
+        w = gamma / np.sqrt(alpha)
+        if prior_cov is None:
+            Sigma = np.linalg.inv(Z.T @ (w[:, None] * Z) + prior_prec)
+        else:
+            K = prior_cov
+            Sigma = K - K @ np.linalg.solve(K + np.diag(1 / w), K)
+        new_mu = Sigma @ (Z.T @ (gamma + w) + t)
+        alpha = (1 - Z @ new_mu) ** 2 + np.einsum("ij,jk,ik->i", Z, Sigma, Z)
+        if np.max(np.abs(new_mu - mu)) < tol * np.max(np.abs(new_mu)):
+            return new_mu
+        mu = new_mu
+    raise AssertionError("the numpy CAVI did not converge")
+
+
+def _tilt_fd(Z, prior_prec, gamma, h=1e-4):
+    """``d mu*(t) / dt`` by central differences of the converged tilted CAVI."""
+    p = Z.shape[1]
+    cols = [(_cavi_mean(Z, prior_prec, gamma, h * e) - _cavi_mean(Z, prior_prec, gamma, -h * e))
+            / (2 * h) for e in np.eye(p)]
+    return np.array(cols).T
+
+
+@pytest.mark.parametrize("gamma", [1.0, 1.7])
+def test_linear_response_is_the_derivative_of_the_tilted_fixed_point(gamma):
+    X, y = _problem()
+    fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, gamma=gamma,
+                       prior_scale=1.5)
+    a = fit.idata["approximation"]
+    assert fit.idata.attrs["covariance"] == "linear response"
+    Z = y[:, None] * np.c_[X, np.ones(len(y))]
+    fd = _tilt_fd(Z, np.eye(3) / 1.5**2, gamma)
+    # central differences: O(h^2) ~ 1e-8 relative; the numpy CAVI converged to 1e-15
+    np.testing.assert_allclose(a["beta_cov"].values, fd, rtol=1e-6, atol=1e-9)
+    # the correction is large here: mean-field sds are well below the linear-response ones
+    ratio = np.sqrt(np.diag(a["beta_cov_mean_field"].values) / np.diag(a["beta_cov"].values))
+    assert np.all(ratio < 0.8)
+
+
+def test_draws_and_predictive_use_the_linear_response_covariance():
+    X, y = _problem()
+    fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, num_draws=4000)
+    a = fit.idata["approximation"]
+    C = a["beta_cov"].values
+    beta = fit.posterior["beta"].values[0]
+    # the sample covariance of 4000 Gaussian draws: sd of each variance about sqrt(2/4000)
+    np.testing.assert_allclose(np.var(beta, axis=0), np.diag(C), rtol=6 * np.sqrt(2 / 4000))
+    Xs = np.r_[X[:5], [[0.3, -2.0]]]
+    Xd = np.c_[Xs, np.ones(len(Xs))]
+    mean, var = fit.predict_latent(Xs)
+    np.testing.assert_allclose(var, np.einsum("ij,jk,ik->i", Xd, C, Xd), rtol=1e-9)
+    np.testing.assert_allclose(mean, Xd @ a["beta_mean"].values, rtol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:method='svi'")  # stopped at max_iter, as meant
+def test_svi_linear_response_is_that_of_the_batch_fixed_point():
+    X, y = _problem()
+    vi = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, num_draws=10)
+    svi = ppl_bsvm.fit(X, y, model="linear", method="svi", linear_response=True, num_draws=10,
+                       batch_size=10, max_iter=300, tol=0)
+    assert svi.idata.attrs["covariance"] == "linear response"
+    np.testing.assert_allclose(svi.idata["approximation"]["beta_cov"].values,
+                               vi.idata["approximation"]["beta_cov"].values, rtol=1e-5)
+
+
+def test_linear_response_is_exact_for_a_gaussian_target():
+    """Mean-field ``q(x_1) ... q(x_d)`` of ``N(m, L^{-1})``: the CAVI map of the means is
+    ``x_i <- m_i - (sum_{j != i} L_ij (x_j - m_j) - t_i) / L_ii``; its fixed point is ``m``, the
+    mean-field variances ``1 / L_ii``, and the linear response is ``L^{-1}`` exactly
+    (Giordano et al. 2018, section 3.2)."""
+    r = np.random.default_rng(0)
+    A = r.standard_normal((4, 4))
+    L = A @ A.T + 0.5 * np.eye(4)
+    m = r.standard_normal(4)
+    d = np.diag(L)
+
+    def sweep(x, t):
+        return m - ((L - np.diag(d)) @ (x - m) - t) / d
+
+    with jax.enable_x64(True):
+        Lj, mj, dj = map(jnp.asarray, (L, m, d))
+        cov, residual = lrvb.response(
+            lambda x, t: mj - ((Lj - jnp.diag(dj)) @ (x - mj) - t) / dj, mj, 4, 4, chunk=3)
+    assert float(residual) == 0.0
+    np.testing.assert_allclose(np.asarray(cov), np.linalg.inv(L), rtol=1e-10, atol=1e-12)
+    assert np.all(1 / d < np.diag(np.linalg.inv(L)))  # mean-field is too narrow here
+    np.testing.assert_allclose(sweep(m, 0.0), m)
+
+
+def test_gp_linear_response_matches_the_tilted_fixed_point_and_the_linear_model(tmp_path):
+    """B-BSVM with a linear kernel is the linear model (no intercept): its closed-form linear
+    response of ``f`` must equal ``X Cov_LR(beta) X^T`` from the jvp-based linear one, and the
+    finite differences of the tilted CAVI."""
+    X, y = _problem(n=30, seed=2)
+    s = 1.3
+    lin = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True,
+                       intercept=False, prior_scale=s, num_draws=10)
+    gp = ppl_bsvm.fit(X, y, model="gp", method="vi", linear_response=True, num_draws=3000,
+                      kernel=ppl_bsvm.kernels.Linear(variance=s**2), jitter=0.0, tol=1e-12)
+    assert gp.idata.attrs["covariance"] == "linear response"
+    C = lin.idata["approximation"]["beta_cov"].values
+    F = gp.idata["approximation"]["f_cov"].values
+    np.testing.assert_allclose(F, X @ C @ X.T, rtol=1e-6, atol=1e-9)
+    Z = y[:, None] * X
+    fd = _tilt_fd(Z, np.eye(2) / s**2, 1.0)
+    np.testing.assert_allclose(F, X @ fd @ X.T, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(gp.idata["approximation"]["f_var"].values, np.diag(F))
+    f = gp.posterior["f"].values[0]
+    np.testing.assert_allclose(np.var(f, axis=0), np.diag(F), rtol=6 * np.sqrt(2 / 3000))
+    Xs = np.array([[0.5, 1.0], [-1.0, 0.2]])
+    np.testing.assert_allclose(gp.predict_latent(Xs)[1], np.einsum("ij,jk,ik->i", Xs, C, Xs),
+                               rtol=1e-6)
+    gp.save(tmp_path / "gp")  # the dense predictive is data: it saves and loads
+    loaded = ppl_bsvm.load(tmp_path / "gp")
+    np.testing.assert_array_equal(loaded.predict_latent(Xs)[1], gp.predict_latent(Xs)[1])
+    assert loaded.idata.attrs["covariance"] == "linear response"
+
+
+def test_gp_linear_response_of_an_rbf_fit_against_finite_differences():
+    X, y = _problem(n=30, seed=8)
+    kern = RBF
+    gp = ppl_bsvm.fit(X, y, model="gp", method="vi", linear_response=True, kernel=kern,
+                      num_draws=10, tol=1e-12)
+    F = gp.idata["approximation"]["f_cov"].values
+    with jax.enable_x64(True):
+        K = np.asarray(ppl_bsvm.kernels.gram(kern, kern.init_params(X), jnp.asarray(X), 1e-6))
+    h = 1e-4
+    for j in (0, 7, 19):  # three columns of d mu*(t) / dt
+        e = np.eye(len(y))[j]
+        col = (_cavi_mean(np.diag(y), None, 1.0, h * e, prior_cov=K)
+               - _cavi_mean(np.diag(y), None, 1.0, -h * e, prior_cov=K)) / (2 * h)
+        np.testing.assert_allclose(F[:, j], col, rtol=1e-5, atol=1e-7)
+
+
+def test_not_converged_or_not_positive_definite_warns_and_keeps_mean_field(monkeypatch):
+    X, y = _problem(n=30, seed=8)
+    monkeypatch.setattr(lrvb, "POLISH_ITER", 0)
+    with pytest.warns(ConvergenceWarning, match="not converged"):
+        fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True,
+                           max_iter=2, num_draws=10)
+    a = fit.idata["approximation"]
+    assert fit.idata.attrs["covariance"].startswith("mean-field (the fixed point")
+    np.testing.assert_array_equal(a["beta_cov"].values, a["beta_cov_mean_field"].values)
+    assert np.all(np.isfinite(fit.predict_proba(X)))
+    with pytest.warns(ConvergenceWarning, match="not converged"):
+        gp = ppl_bsvm.fit(X, y, model="gp", method="vi", linear_response=True, max_iter=2,
+                          num_draws=10, kernel=RBF)
+    assert "f_cov" not in gp.idata["approximation"]
+    assert np.all(np.isfinite(gp.predict_proba(X)))
+    mf = np.eye(2)
+    for bad, match in ((np.array([[1.0, 2.0], [2.0, 1.0]]), "not positive definite"),
+                       (np.full((2, 2), np.nan), "singular")):
+        with pytest.warns(ConvergenceWarning, match=match):
+            cov, status = lrvb.accept(bad, mf, 0.0, "test")
+        assert cov is not bad and np.array_equal(cov, mf) and status.startswith("mean-field")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cov, status = lrvb.accept(2 * mf, mf, 1e-9, "test")
+    assert status == "linear response" and np.array_equal(cov, 2 * mf)
+
+
+@pytest.mark.parametrize("model, method", [("linear", "vi"), ("linear", "svi"), ("gp", "vi")])
+def test_linear_response_option_is_validated(model, method):
+    X, y = _problem()
+    with pytest.raises(ValueError, match="linear_response"):
+        ppl_bsvm.fit(X, y, model=model, method=method, linear_response="yes")
+
+
+def test_the_memory_estimate_counts_the_linear_response_matrices():
+    from ppl_bsvm.inference.vi import bbsvm
+
+    mf = bbsvm._memory(1000, 5, {"linear_response": False})
+    lr = bbsvm._memory(1000, 5, {"linear_response": True})
+    assert mf == 4 * 1000**2 * 8 and lr == bbsvm.LR_COPIES * 1000**2 * 8 and bbsvm._memory.dense

@@ -216,7 +216,9 @@ class BayesianSVC(_FitClassifier):
     model and ``method="vi"`` on the linear model) passes with the tag
     ``classifier_tags.multi_class = False``: a binary-only classifier, so the checks fit only
     two-class problems and expect the error ``"Only binary classification is supported."`` for
-    more classes. scikit-learn itself skips ``check_array_api_input`` unless
+    more classes; ``sklearn.multiclass.OneVsRestClassifier(BayesianSVC())`` (or
+    ``OneVsOneClassifier``) fits one per class (or pair) for more than two (tested on iris).
+    scikit-learn itself skips ``check_array_api_input`` unless
     ``SCIPY_ARRAY_API=1`` is set.
 
     Pickling round-trips exactly (``posterior_`` is a :class:`ppl_bsvm.Fit`, which pickles with

@@ -652,9 +652,8 @@ class RVMClassifier(_BinaryClassifier, _RVMBase):
     ``p(y = classes_[1] | x) = sigmoid(sum_j w_j k(x, x_j) + b)`` with a sparse prior as in
     :class:`RVMRegressor`, fitted by the Laplace approximation with IRLS inside the evidence
     maximisation. ``predict_proba`` integrates the sigmoid over the Laplace posterior.
-    Unlike :class:`RVMRegressor` it keeps the kernel's hyperparameters: the fast algorithm on
-    the Laplace evidence can cycle at short widths (thousands of ``O(N^2 M)`` steps), which
-    the width search would visit.
+    It keeps the kernel's hyperparameters: at the short widths a width search visits, the fast
+    algorithm on the Laplace evidence can cycle for thousands of ``O(N^2 M)`` steps.
 
     Parameters
     ----------{_RVM_DOC_PARAMS}

@@ -77,14 +77,14 @@ def test_stationary_point_of_the_evidence(fitted, sinc):
 
 def test_default_learns_the_width_of_tippings_sinc():
     """Tipping's (2001) example: 200 points on [-10, 10], noise sd 0.1. With the median
-    heuristic's width kept (6.1) the RVM kept 1 relevance vector, RMSE 0.295."""
+    heuristic's width kept (5.7) the RVM keeps 1 relevance vector, RMSE 0.295."""
     r = np.random.default_rng(1)
     x = r.uniform(-10, 10, 200)[:, None]
     t = np.sinc(x[:, 0] / np.pi) + 0.1 * r.standard_normal(200)
     rvm = RVMRegressor().fit(x, t)
     grid = np.linspace(-10, 10, 401)[:, None]
     rmse = np.sqrt(np.mean((rvm.predict(grid) - np.sinc(grid[:, 0] / np.pi)) ** 2))
-    # measured: 6 relevance vectors, RMSE 0.025, lengthscale 1.71
+    # measured: 8 relevance vectors, RMSE 0.025, lengthscale 0.90
     assert rmse < 0.06 and len(rvm.relevance_) < 30
     assert 0.5 < np.exp(rvm.kernel_params_["log_lengthscale"]) < 3.0
 
@@ -100,20 +100,22 @@ def test_learned_width_maximises_the_evidence(sinc):
         return stats.multivariate_normal(np.zeros(n), C).logpdf(t)
 
     assert evidence(c) == pytest.approx(rvm.log_marginal_likelihood_, rel=1e-10)
-    # alpha, beta are stationary (test_stationary_point_of_the_evidence), so by the envelope
-    # theorem the profile's derivative is dL/dc at them: a maximum in c to Brent's tolerance,
-    # the Newton step -L'/L'' (finite differences) within 0.02 (xatol 0.01; measured 4e-5)
-    h = 1e-2
-    d1 = (evidence(c + h) - evidence(c - h)) / (2 * h)
-    d2 = (evidence(c + h) - 2 * evidence(c) + evidence(c - h)) / h**2
-    assert d2 < 0 and abs(d1 / d2) < 0.02
-    # and no width of the searched span [ell0 / 30, 3 ell0] does better by more than the
-    # profile's jumps between neighbouring widths (the fast algorithm's local optima in alpha
-    # move it by up to 1.5 nats from one width to the next 4% away; measured best 0.45 higher)
-    ell0 = kernels.median_distance(x)
-    others = [RVMRegressor(kernel=kernels.RBF(lengthscale=ell), learn_lengthscale=False)
-              .fit(x, t).log_marginal_likelihood_ for ell in np.geomspace(ell0 / 30, 3 * ell0, 9)]
-    assert max(others) < rvm.log_marginal_likelihood_ + 1.5
+    # The profile max_{alpha, beta} evidence is jagged: from one width to the next 1% away the
+    # fast algorithm lands in other local optima in alpha, and the evidence jumps by up to
+    # 0.4 nats near the optimum (1.5 nats at short widths). So the check is against fixed-width
+    # fits on grids, with those jumps as the tolerance: nearby (log ell within 0.1; measured
+    # best 0.40 higher) and over the whole searched span [ell0 / 30, 3 ell0] (measured best 0.41
+    # higher, while the median heuristic's width ell0 itself is 106 nats lower).
+    def fixed(log_ell):
+        rbf = kernels.RBF(lengthscale=float(np.exp(log_ell)))
+        return RVMRegressor(kernel=rbf, learn_lengthscale=False).fit(x, t).log_marginal_likelihood_
+
+    near = [fixed(c + h) for h in np.linspace(-0.1, 0.1, 11)]
+    assert max(near) < rvm.log_marginal_likelihood_ + 0.5
+    ell0 = np.log(kernels.median_distance(x))
+    span = [fixed(log_ell) for log_ell in np.linspace(ell0 - np.log(30), ell0 + np.log(3), 9)]
+    assert max(span) < rvm.log_marginal_likelihood_ + 1.5
+    assert fixed(ell0) < rvm.log_marginal_likelihood_ - 50
 
 
 def test_width_search_moves_every_lengthscale_and_only_lengthscales():

@@ -503,6 +503,32 @@ def _one_thread_xla():
                                + " --xla_cpu_multi_thread_eigen=false").strip()
 
 
+def run_parts(jobs, n_jobs: int, scheduler: str | None = None) -> list:
+    """:func:`run_part` of each job: in this process (``n_jobs=1``), in ``n_jobs`` local
+    worker processes (joblib's loky, which starts them afresh: a forked JAX runtime is not
+    safe to use), or on the workers of the dask.distributed scheduler at ``scheduler``."""
+    import contextlib
+
+    import joblib
+
+    if scheduler is None and n_jobs == 1:
+        return [run_part(*job) for job in jobs]
+    if scheduler is None:
+        _one_thread_xla()  # inherited by the workers, started after this
+        backend = contextlib.nullcontext()
+    else:
+        from distributed import Client
+
+        client = Client(scheduler)
+        backend = joblib.parallel_config(backend="dask")
+    try:
+        with backend:
+            return joblib.Parallel(n_jobs=n_jobs)(joblib.delayed(run_part)(*job) for job in jobs)
+    finally:
+        if scheduler is not None:
+            client.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run (minutes)")
@@ -510,6 +536,9 @@ def main(argv=None) -> int:
                         help="repetitions per Table 1 cell and Fig. 1 point (default 3; quick 1)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="data sets run in parallel processes (default 1)")
+    parser.add_argument("--scheduler", default=None,
+                        help="address of a dask.distributed scheduler: the parts run on its "
+                             "workers (joblib's dask backend) instead of local processes")
     parser.add_argument("--out", default=os.path.join("reports", "bcsvm_tables"))
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
@@ -520,15 +549,7 @@ def main(argv=None) -> int:
     config["jobs"] = args.jobs
     jobs = [(args.quick, args.repeats, kind, name) for kind, name in parts(config)]
     start = time.perf_counter()
-    if args.jobs == 1:
-        results = [run_part(*job) for job in jobs]
-    else:
-        import multiprocessing
-
-        # spawn: a forked JAX runtime is not safe to use in the child
-        with multiprocessing.get_context("spawn").Pool(
-                args.jobs, initializer=_one_thread_xla, maxtasksperchild=1) as pool:
-            results = pool.starmap(run_part, jobs, chunksize=1)
+    results = run_parts(jobs, args.jobs, args.scheduler)
     t1, t2, fig = {}, {}, None
     for (_, _, kind, _), result in zip(jobs, results):
         if kind == "figure1":

@@ -59,7 +59,8 @@ QUICK_ENGINES = ("gp/svi", "gp/ecm", "gp/vi", "gp/gpc", "linear/vi", "linear/gib
 def engines() -> list[str]:
     import ppl_bsvm
 
-    return [f"{model}/{method}" for model, method, _ in ppl_bsvm.list_methods()]
+    methods = ppl_bsvm.list_methods()
+    return [f"{model}/{method}" for model, method in zip(methods["model"], methods["method"])]
 
 
 # --- the child process: one engine, one data set -------------------------------------------------

@@ -28,7 +28,8 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   for every call instead, for users with idle cores and large problems;
 
 * makes JAX's **persistent compilation cache** available (:func:`enable_compilation_cache`,
-  called once on import): compiled programs are kept on disk, in the user's cache directory
+  called once when this module is imported: on the first use of ``ppl_bsvm``'s names, and by
+  every module that runs a computation): compiled programs are kept on disk, in the user's cache directory
   (``$XDG_CACHE_HOME/ppl_bsvm/jax`` or ``~/.cache/ppl_bsvm/jax``; ``~/Library/Caches`` on macOS,
   ``%LOCALAPPDATA%`` on Windows), bounded to :data:`CACHE_MAX_BYTES` with JAX's least-recently-used
   eviction (which locks the directory, so several processes can share it). A new process then
@@ -262,3 +263,6 @@ def enable_compilation_cache() -> Path | None:
         _cc.reset_cache()
     _cache_enabled = True
     return path
+
+
+enable_compilation_cache()

@@ -36,7 +36,7 @@ from .exceptions import warn_max_iter
 from .kernels import get_kernel
 from .result import BREAKDOWN_HINT, Fit, load
 
-__all__ = ["MODELS", "fit", "resume", "register", "list_methods", "get_engine"]
+__all__ = ["MODELS", "fit", "resume", "register", "list_methods", "describe", "get_engine"]
 
 MODELS = ("linear", "gp", "sparse_gp")
 
@@ -107,10 +107,78 @@ def _load_engines() -> None:
     _loaded = True
 
 
-def list_methods() -> list[tuple[str, str, str]]:
-    """All registered ``(model, method, description)`` triples, sorted."""
+def list_methods():
+    """Every registered engine: a pandas DataFrame with columns ``model``, ``method`` and
+    ``description`` (the first line of the engine's docstring), sorted by model and method.
+    ``ppl_bsvm.describe(model, method)`` lists an engine's options."""
+    import pandas as pd
+
     _load_engines()
-    return sorted((m, meth, e.summary) for (m, meth), e in _REGISTRY.items())
+    rows = sorted((m, meth, e.summary) for (m, meth), e in _REGISTRY.items())
+    return pd.DataFrame(rows, columns=["model", "method", "description"])
+
+
+def describe(model: str, method: str):
+    """The options of ``fit(..., model=model, method=method)``: a pandas DataFrame indexed by
+    option, with its ``default`` and ``meaning``.
+
+    Read from the engine's own definition: the fields of its options class (names and
+    defaults, :mod:`ppl_bsvm.engine`) and, for the meaning, the option's entry in the
+    *Parameters* section of the engine's docstring or else the docstring of the option piece
+    that declares the field (``Iteration``, ``Sampler``, ...), whose docstring says what its
+    fields mean.
+
+    Examples
+    --------
+    >>> import ppl_bsvm
+    >>> ppl_bsvm.describe("gp", "rvm").loc["algorithm", "default"]
+    'fast'
+    """
+    import dataclasses
+
+    import pandas as pd
+
+    engine = get_engine(model, method)
+    documented = _documented_parameters(engine.fn.__doc__)
+    rows = []
+    for field in dataclasses.fields(engine.options):
+        default = (field.default if field.default is not dataclasses.MISSING
+                   else field.default_factory())
+        meaning = documented.get(field.name) or _declaring_doc(engine.options, field.name)
+        rows.append((field.name, default, meaning))
+    return pd.DataFrame(rows, columns=["option", "default", "meaning"]).set_index("option")
+
+
+def _documented_parameters(doc: str | None) -> dict[str, str]:
+    """``{name: text}`` from a numpydoc *Parameters* section (``a, b : type`` lines name
+    several; the text is the type line's tail and the indented lines below, joined)."""
+    import inspect
+    import re
+
+    text = inspect.cleandoc(doc or "")
+    found = re.search(r"^Parameters\n-+\n(.*?)(?=^\S[^\n]*\n-{3,}\n|\Z)", text, re.S | re.M)
+    out: dict[str, str] = {}
+    names: list[str] = []
+    for line in (found.group(1).splitlines() if found else []):
+        head = re.match(r"^(\w+(?:\s*,\s*\w+)*)\s*:\s*(.*)$", line)
+        if head:
+            names = [n.strip() for n in head.group(1).split(",")]
+            for name in names:
+                out[name] = head.group(2).strip()
+        elif line.startswith((" ", "\t")) and names:
+            for name in names:
+                out[name] = f"{out[name]}; {line.strip()}" if out[name] else line.strip()
+    return {name: re.sub(r";\s*(?=[a-z(])", " ", value) for name, value in out.items()}
+
+
+def _declaring_doc(options: type, name: str) -> str:
+    """What the class in ``options``' hierarchy that first declares field ``name`` says of it:
+    its entry in the class's *Parameters* section, or else the docstring's first paragraph."""
+    for cls in reversed(options.__mro__):
+        if name in vars(cls).get("__annotations__", {}):
+            return (_documented_parameters(cls.__doc__).get(name)
+                    or " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split()))
+    return ""
 
 
 def get_engine(model: str, method: str) -> Engine:

@@ -105,7 +105,7 @@ def _cmd_datasets(args) -> int:
 def _cmd_methods(args) -> int:
     import ppl_bsvm
 
-    for model, method, summary in ppl_bsvm.list_methods():
+    for model, method, summary in ppl_bsvm.list_methods().itertuples(index=False):
         print(f"{model:10s} {method:12s} {summary}")
     return 0
 

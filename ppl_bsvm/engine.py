@@ -105,9 +105,17 @@ def optional(check):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Iteration(Options):
-    """``max_iter`` iterations at most; stop when the engine's convergence statistic is at
-    most ``tol`` (``None`` only where the engine chooses it from the data). Every engine
-    accepts ``tol=0``: run until the statistic vanishes, in practice all ``max_iter``."""
+    """The iteration budget and the stopping rule.
+
+    Parameters
+    ----------
+    max_iter : int
+        Iterations at most.
+    tol : float or None
+        Stop when the engine's convergence statistic is at most ``tol`` (``None`` only where
+        the engine chooses it from the data). Every engine accepts ``tol=0``: run until the
+        statistic vanishes, in practice all ``max_iter``.
+    """
 
     max_iter: int = 1000
     tol: float | None = 1e-8
@@ -155,8 +163,15 @@ class Link(Options):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LinearPrior(Options):
-    """The linear model's prior ``beta ~ N(0, prior_scale^2 I)``; ``intercept`` appends a
-    column of ones (its coefficient has the same prior)."""
+    """The linear model's prior ``beta ~ N(0, prior_scale^2 I)``.
+
+    Parameters
+    ----------
+    prior_scale : float
+        The prior standard deviation of each coefficient.
+    intercept : bool
+        Append a column of ones (its coefficient has the same prior).
+    """
 
     prior_scale: float = 1.0
     intercept: bool = True
@@ -165,10 +180,25 @@ class LinearPrior(Options):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Sampler(Link):
-    """What every MCMC engine takes: ``num_samples`` kept draws and ``num_warmup`` burn-in
-    iterations per chain, ``num_chains`` chains run ``chain_method``, every ``thinning``-th
-    draw kept, ``store_lam`` to keep the draws of ``lam``, and predictions averaged over at
-    most ``max_predictive_draws`` draws."""
+    """What every MCMC engine takes.
+
+    Parameters
+    ----------
+    num_samples : int
+        Draws kept per chain (before thinning).
+    num_warmup : int
+        Burn-in iterations per chain.
+    num_chains : int
+        Number of chains.
+    chain_method : {"vectorized", "sequential", "parallel"}
+        How the chains run (NumPyro's ``chain_method``).
+    thinning : int
+        Keep every ``thinning``-th draw.
+    store_lam : bool
+        Keep the draws of the augmentation variables ``lam``.
+    max_predictive_draws : int
+        Predictions average over at most this many draws.
+    """
 
     num_samples: int = 1000
     num_warmup: int = 1000

@@ -39,7 +39,7 @@ from .api import fit as _fit
 from .baselines._common import BASELINE_LINKS, kernel_matrix
 from .baselines._likelihoods import logistic_gaussian
 from .baselines.bcsvm import COMBINES
-from .baselines.rvm import RVMOptions, _Basis, _fit_basis, _split_active
+from .baselines.rvm import RVMOptions, _Basis, _split_active, maximise_evidence
 from .baselines.rvm_algorithms import ALGORITHMS, RVMResult, rvm_classification, rvm_regression
 from .data import MAX_ABS, check_X
 from .kernels import DEFAULT_JITTER, Kernel, get_kernel
@@ -227,7 +227,9 @@ class BayesianSVC(_FitClassifier):
     model and ``method="vi"`` on the linear model) passes with the tag
     ``classifier_tags.multi_class = False``: a binary-only classifier, so the checks fit only
     two-class problems and expect the error ``"Only binary classification is supported."`` for
-    more classes. scikit-learn itself skips ``check_array_api_input`` unless
+    more classes; ``sklearn.multiclass.OneVsRestClassifier(BayesianSVC())`` (or
+    ``OneVsOneClassifier``) fits one per class (or pair) for more than two (tested on iris).
+    scikit-learn itself skips ``check_array_api_input`` unless
     ``SCIPY_ARRAY_API=1`` is set.
 
     Pickling round-trips exactly (``posterior_`` is a :class:`ppl_bsvm.Fit`, which pickles with
@@ -437,7 +439,7 @@ _ESTIMATOR_OPTIONS = ("C", "module_size", "query_size", "combine", "max_iter", "
 _RVM_DOC_PARAMS = """
     kernel : str or ppl_bsvm.kernels.Kernel, default="rbf"
         Basis functions ``k(., x_j)``; ``"rbf"`` starts from the median-heuristic
-        lengthscale. Hyperparameters are kept fixed.
+        lengthscale.
     algorithm : {"fast", "reestimate"}, default="fast"
         Tipping & Faul's (2003) sequential evidence maximisation, or the re-estimation
         ``alpha = gamma / m^2`` with pruning (Tipping 2001).
@@ -478,12 +480,13 @@ class _RVMBase(BaseEstimator):
                    alpha_max=self.alpha_max, bias=self.bias)
         return get_kernel(self.kernel)
 
-    def _maximise_evidence(self, solver, kernel, X, t) -> RVMResult:
+    def _maximise_evidence(self, solver, kernel, X, t, *, learn=False) -> RVMResult:
         """Run ``solver`` (:func:`rvm_regression` or :func:`rvm_classification`) on the basis at
-        ``X`` and store the fitted attributes."""
-        params, Phi = _fit_basis(kernel, X, self.bias)
-        result = solver(Phi, t, algorithm=self.algorithm, max_iter=self.max_iter, tol=self.tol,
-                        alpha_max=self.alpha_max)
+        ``X`` (its width learned too with ``learn``: :func:`~ppl_bsvm.baselines.rvm.maximise_evidence`)
+        and store the fitted attributes."""
+        params, _, result = maximise_evidence(
+            kernel, X, t, solver, bias=self.bias, learn=learn, algorithm=self.algorithm,
+            max_iter=self.max_iter, tol=self.tol, alpha_max=self.alpha_max)
         self._store(X, result, kernel, params)
         return result
 
@@ -543,6 +546,12 @@ class RVMRegressor(RegressorMixin, _RVMBase):
 
     Parameters
     ----------{_RVM_DOC_PARAMS}
+    learn_lengthscale : bool, default=True
+        Maximise the evidence over the kernel's lengthscale too (one common factor for an
+        ARD kernel), from the kernel's lengthscale (or the median heuristic) over
+        ``[start / 30, 3 start]``: a grid, then Brent's search
+        (:func:`ppl_bsvm.baselines.rvm.maximise_evidence`). Kernels without a lengthscale keep
+        their hyperparameters; ``kernel_params_`` holds those used.
     augment : bool, default=False
         Predictive variance of the augmented model (RVM*, :mod:`ppl_bsvm.baselines.rvm_algorithms`):
         a basis function at each test point, so the variance grows away from the data instead of
@@ -578,30 +587,33 @@ class RVMRegressor(RegressorMixin, _RVMBase):
     >>> from ppl_bsvm import RVMRegressor, kernels
     >>> x = np.linspace(-10, 10, 100)[:, None]
     >>> t = np.sinc(x[:, 0] / np.pi) + 0.1 * np.random.default_rng(0).standard_normal(100)
-    >>> rvm = RVMRegressor(kernel=kernels.RBF(lengthscale=2.0)).fit(x, t)
+    >>> rvm = RVMRegressor().fit(x, t)  # the width is learned from the median heuristic on
     >>> len(rvm.relevance_) < 15
     True
     >>> mean, std = rvm.predict(x[:3], return_std=True)
     """
 
-    _parameter_constraints: dict = {**_RVMBase._parameter_constraints, "augment": ["boolean"]}
+    _parameter_constraints: dict = {**_RVMBase._parameter_constraints, "augment": ["boolean"],
+                                    "learn_lengthscale": ["boolean"]}
 
     def __init__(self, *, kernel="rbf", algorithm="fast", bias=True, max_iter=5000, tol=1e-6,
-                 alpha_max=1e9, augment=False):
+                 alpha_max=1e9, learn_lengthscale=True, augment=False):
         super().__init__(kernel=kernel, algorithm=algorithm, bias=bias, max_iter=max_iter,
                          tol=tol, alpha_max=alpha_max)
+        self.learn_lengthscale = learn_lengthscale
         self.augment = augment
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Maximise the evidence over ``alpha`` and ``beta``; returns ``self``."""
+        """Maximise the evidence over ``alpha``, ``beta`` (and the width); returns ``self``."""
         kernel = self._validate_options()
         y = _regression_targets(y)
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         if X.shape[0] < 2:
             raise ValueError(f"RVMRegressor needs at least 2 samples, got n_samples = {X.shape[0]}")
         check_X(X)  # the scale limit of every fit (ppl_bsvm.data.MAX_ABS)
-        self.beta_ = self._maximise_evidence(rvm_regression, kernel, X, y).beta
+        self.beta_ = self._maximise_evidence(rvm_regression, kernel, X, y,
+                                             learn=self.learn_lengthscale).beta
         if self.augment:
             self._train = (X, y)
         return self
@@ -651,6 +663,8 @@ class RVMClassifier(_BinaryClassifier, _RVMBase):
     ``p(y = classes_[1] | x) = sigmoid(sum_j w_j k(x, x_j) + b)`` with a sparse prior as in
     :class:`RVMRegressor`, fitted by the Laplace approximation with IRLS inside the evidence
     maximisation. ``predict_proba`` integrates the sigmoid over the Laplace posterior.
+    It keeps the kernel's hyperparameters: at the short widths a width search visits, the fast
+    algorithm on the Laplace evidence can cycle for thousands of ``O(N^2 M)`` steps.
 
     Parameters
     ----------{_RVM_DOC_PARAMS}

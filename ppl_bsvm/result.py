@@ -312,42 +312,83 @@ class Fit:
         p = self.predict_proba(X)
         return self.labels.decode(np.where(p >= 0.5, 1.0, -1.0))
 
-    def summary(self) -> str:
-        """A few lines: method, model, stop reason, time, hyperparameters, final objective."""
-        lines = [f"Fit(method={self.method!r}, model={self.model!r})"]
+    def _summary_rows(self) -> list[tuple[str, str]]:
+        """``(quantity, value)`` rows of :meth:`summary` and the notebook display: how the run
+        stopped, its time, the final objective (or the samplers' divergences and mean
+        acceptance), the hyperparameters once, the jitter. Per-step sampler statistics (tree
+        depth, energy, step size, ...) and the traces of the hyperparameters stay in
+        ``trace``."""
+        rows = []
         if self.stop_reason is not None:
-            lines.append(f"  stopped: {self.stop_reason} after {self.n_iter} iterations")
+            rows.append(("stopped", f"{self.stop_reason} after {self.n_iter} iterations"))
         if self.timings:
-            lines.append(
-                "  time: " + ", ".join(f"{k} {v:.3g} s" for k, v in self.timings.items())
-            )
-        for key, value in self.trace.items():
-            arr = np.asarray(value)
-            if arr.size and np.issubdtype(arr.dtype, np.number):
-                finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
-                if finite.size:
-                    lines.append(f"  {key}: last {finite.reshape(-1)[-1]:.6g}")
+            rows.append(("time", ", ".join(f"{k} {v:.3g} s" for k, v in self.timings.items())))
+        for key in _OBJECTIVES:
+            if key in self.trace:
+                last = _last_finite(self.trace[key])
+                if last is not None:
+                    rows.append((f"{key} (last)", f"{last:.6g}"))
+                break
+        if "diverging" in self.trace:
+            rows.append(("divergences", str(int(np.sum(self.trace["diverging"])))))
+        if "acceptance_rate" in self.trace:
+            rows.append(("acceptance rate (mean)",
+                         f"{float(np.mean(self.trace['acceptance_rate'])):.3g}"))
         for key, value in self.hyperparameters.items():
-            lines.append(f"  {key}: {np.array2string(np.atleast_1d(value), precision=4)}")
+            value = np.asarray(value)
+            rows.append((key, f"{float(value):.5g}" if value.size == 1
+                         else np.array2string(value, precision=4)))
         if self.jitter is not None:
-            lines.append(f"  jitter (relative): {self.jitter:g}")
-        lines.extend(_approximation_lines(self.idata))
+            rows.append(("jitter (relative)", f"{self.jitter:g}"))
+        rows.extend(_approximation_rows(self.idata))
+        return rows
+
+    def summary(self) -> str:
+        """A two-column table: method and model, how the run stopped, its time, the final
+        objective or the samplers' divergences and acceptance, the hyperparameters, the
+        jitter (:meth:`_summary_rows`)."""
+        rows = self._summary_rows()
+        width = max([len(name) for name, _ in rows], default=0)
+        lines = [f"Fit(method={self.method!r}, model={self.model!r})"]
+        lines += [f"  {name:<{width}}  {value}" for name, value in rows]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.summary()
 
+    def _repr_html_(self) -> str:
+        """The summary as an HTML table (Jupyter's rich display)."""
+        from html import escape
 
-def _approximation_lines(idata) -> list[str]:
-    """``Fit.summary``'s lines on a Gaussian approximation's quality: which covariance it uses
+        body = "".join(f"<tr><th style='text-align:left'>{escape(name)}</th>"
+                       f"<td style='text-align:left'>{escape(value)}</td></tr>"
+                       for name, value in self._summary_rows())
+        caption = escape(f"ppl_bsvm Fit: method={self.method!r}, model={self.model!r}")
+        return f"<table><caption style='text-align:left'><b>{caption}</b></caption>{body}</table>"
+
+
+# the trace entry summarised as the run's objective, the first present
+_OBJECTIVES = ("elbo", "objective", "log_evidence")
+
+
+def _last_finite(values) -> float | None:
+    arr = np.asarray(values)
+    if not (arr.size and np.issubdtype(arr.dtype, np.number)):
+        return None
+    finite = arr[np.isfinite(arr)]
+    return float(finite.reshape(-1)[-1]) if finite.size else None
+
+
+def _approximation_rows(idata) -> list[tuple[str, str]]:
+    """``Fit.summary``'s rows on a Gaussian approximation's quality: which covariance it uses
     (``linear_response``) and its PSIS diagnostic against the exact posterior
     (``ppl_bsvm.inference.vi.psis``)."""
-    lines = []
+    rows = []
     status = idata.attrs.get("covariance")
     if status:
-        lines.append(f"  covariance: {status}")
+        rows.append(("covariance", status))
     if "approximation" not in idata.children or "psis_khat" not in idata["approximation"]:
-        return lines
+        return rows
     a = idata["approximation"]
     khat, ess = float(a["psis_khat"]), float(a["psis_ess"])
     if khat < 0.5:
@@ -358,8 +399,8 @@ def _approximation_lines(idata) -> list[str]:
         verdict = ("q is far from the exact posterior (too narrow?): do not trust its "
                    "uncertainty; try linear_response=True or a sampler")
     draws = a["psis_log_weights"].size
-    lines.append(f"  PSIS k-hat: {khat:.2f} ({verdict}; importance ESS {ess:.0f} of {draws})")
-    return lines
+    rows.append(("PSIS k-hat", f"{khat:.2f} ({verdict}; importance ESS {ess:.0f} of {draws})"))
+    return rows
 
 
 def _versions() -> dict[str, str]:

@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -109,5 +111,49 @@ def test_float64_inside_without_touching_global_config(string_fit):
 
 def test_registry_lists_engines():
     methods = list_methods()
-    assert ("gp", "ecm", get_engine("gp", "ecm").summary) in methods
-    assert all(summary for _, _, summary in methods)
+    assert list(methods.columns) == ["model", "method", "description"]
+    rows = list(methods.itertuples(index=False, name=None))
+    assert ("gp", "ecm", get_engine("gp", "ecm").summary) in rows and rows == sorted(rows)
+    assert methods["description"].str.len().min() > 0
+
+
+def test_describe_reads_each_option_from_the_engine():
+    for model, method in [("gp", "rvm"), ("gp", "nuts"), ("sparse_gp", "svi"), ("linear", "vi")]:
+        table = ppl_bsvm.describe(model, method)
+        options = get_engine(model, method).options
+        fields = {f.name: f.default for f in dataclasses.fields(options)}
+        assert list(table.index) == list(fields)  # every option, in declaration order
+        assert table["default"].to_dict() == fields
+        assert (table["meaning"].str.len() > 10).all()  # each has a meaning
+    nuts = ppl_bsvm.describe("gp", "nuts")["meaning"]
+    # per-field entries: the piece's (Sampler's) and the engine function's own Parameters
+    assert nuts["num_warmup"] == "int; Burn-in iterations per chain."
+    assert "hyperparameters fixed" in nuts["hyperpriors"]
+    assert nuts["num_warmup"] != nuts["num_chains"]
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        ppl_bsvm.describe("gp", "nope")
+
+
+def test_summary_is_a_table_with_each_hyperparameter_once(heart):
+    X, y = heart
+    with pytest.warns(ppl_bsvm.ConvergenceWarning):
+        fit = ppl_bsvm.fit(X[:60], y[:60], model="gp", method="vi", learn_hyperparameters=True,
+                           max_iter=5)
+    text = fit.summary()
+    lines = text.splitlines()
+    assert lines[0] == "Fit(method='vi', model='gp')"
+    names = [line[2:].split("  ")[0] for line in lines[1:]]
+    assert names == ["stopped", "time", "elbo (last)", "lengthscale", "variance",
+                     "jitter (relative)"]
+    assert len({line.index(value) for line, (_, value) in zip(lines[1:], fit._summary_rows())}) == 1
+    html = fit._repr_html_()
+    assert html.startswith("<table>") and html.count("<tr>") == len(names)
+    assert "lengthscale" in html and "method=&#x27;vi&#x27;" in html
+    # a sampler's run: its divergences and mean acceptance, not its per-draw statistics
+    sampled = dataclasses.replace(fit, trace={"diverging": np.array([0, 1, 1]),
+                                              "acceptance_rate": np.array([0.7, 0.8, 0.9]),
+                                              "tree_depth": np.array([3, 4, 5]),
+                                              "step_size": np.array([0.1, 0.1, 0.1])})
+    rows = dict(sampled._summary_rows())
+    assert rows["divergences"] == "2" and rows["acceptance rate (mean)"] == "0.8"
+    assert not {"tree_depth", "step_size", "elbo (last)"} & set(rows)

@@ -78,6 +78,7 @@ _CACHE_PROBE = """
 import json, jax
 {before}
 import ppl_bsvm
+ppl_bsvm.fit  # the first use turns the cache on (import ppl_bsvm loads no JAX)
 print(json.dumps([jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size]))
 """
 

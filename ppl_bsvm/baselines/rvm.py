@@ -25,6 +25,7 @@ import numpy as np
 from .._checks import boolean, one_of, positive_float
 from .._idata import make_idata
 from .._memory import dense_bytes
+from .._runtime import blas_threads
 from .._serial import latent_family
 from .._shapes import padded_size
 from ..api import register
@@ -36,7 +37,7 @@ from ..kernels import Kernel
 from ._common import BaselineLink, LinkPredictor, kernel_matrix
 from .rvm_algorithms import ALGORITHMS, RVMResult, design_matrix, rvm_classification
 
-__all__ = ["rvm", "RVMPredictive", "rvm_latent"]
+__all__ = ["rvm", "RVMPredictive", "rvm_latent", "maximise_evidence"]
 
 
 class _Basis(NamedTuple):
@@ -68,12 +69,103 @@ def rvm_latent(_, arrays: RVMPredictive, Xs):
     return F @ arrays.mean, np.maximum(np.sum((F @ arrays.cov) * F, axis=1), 0.0)
 
 
-def _fit_basis(kernel, X, bias):
+def _fit_basis(kernel, X, bias, params=None):
     with jax.enable_x64(True):
-        # NumPy leaves: a pickled JAX array comes back float32 in a float32 session
-        params = jax.tree.map(lambda v: np.asarray(v, dtype=np.float64), kernel.init_params(X))
+        if params is None:
+            # NumPy leaves: a pickled JAX array comes back float32 in a float32 session
+            params = jax.tree.map(lambda v: np.asarray(v, dtype=np.float64), kernel.init_params(X))
         K = kernel_matrix(kernel, params, X)
     return params, design_matrix(K, bias)
+
+
+#: The search of :func:`maximise_evidence` over ``log lengthscale``: the interval
+#: ``[start / 30, 3 start]`` around the starting lengthscale, a grid of 12 points on it, then
+#: Brent's bounded search to ``LENGTHSCALE_XATOL`` between the best grid point's neighbours.
+LENGTHSCALE_SPAN = (1.0 / 30.0, 3.0)
+LENGTHSCALE_GRID = 12
+LENGTHSCALE_XATOL = 0.01
+#: The search's evaluations stop at this ``tol`` and ``max_iter`` at most (the user's if
+#: tighter): near a maximum over ``alpha`` the fast algorithm's last re-estimations change the
+#: evidence by far less than the search resolves; the chosen width is then fitted as asked.
+SEARCH_TOL, SEARCH_MAX_ITER = 1e-3, 300
+
+
+def learns_lengthscale(kernel: Kernel, params) -> bool:
+    """Whether :func:`maximise_evidence` can search ``kernel``'s width: a stationary kernel
+    (``log_lengthscale`` among its top-level hyperparameters; every ARD lengthscale moves by
+    one common factor)."""
+    return isinstance(params, dict) and "log_lengthscale" in params
+
+
+def maximise_evidence(kernel: Kernel, X, t, solver, *, bias: bool, learn: bool, **settings):
+    r"""Type-II maximum likelihood over the weights' precisions and, with ``learn``, the width.
+
+    ``solver`` (:func:`~.rvm_algorithms.rvm_regression` or ``rvm_classification``) maximises
+    the evidence over ``alpha`` (and ``beta``) on the basis of ``kernel`` at ``X``; ``settings``
+    are its keywords. Returns ``(params, Phi, result)``: the hyperparameters used, the design
+    matrix and the solver's :class:`~.rvm_algorithms.RVMResult`.
+
+    **Learning the width** (Tipping 2001 suggests adapting the basis functions' input scales by
+    the evidence, as a GP adapts its kernel). With ``c = log ell`` the *profile evidence*
+
+    .. math:: L^*(c) = \max_{lpha, eta} \log p(t \mid lpha, eta, c)
+
+    is maximised over ``c``; by the envelope theorem ``dL^*/dc`` is the partial derivative at
+    the inner optimum, so a maximum of ``L^*`` is a joint stationary point of ``(alpha, beta,
+    c)``. Only the lengthscale is searched: the kernel's variance ``s`` scales every basis
+    function ``phi_j -> sqrt(s) phi_j`` (``s phi_j`` for the kernel itself), which ``alpha_j ->
+    s alpha_j`` (resp. ``s^2 alpha_j``) absorbs exactly: ``C = beta^{-1} I + sum_j
+    alpha_j^{-1} phi_j phi_j^T`` and so the evidence do not depend on it. The profile is only
+    piecewise smooth: where the active set changes, the fast algorithm lands in another local
+    maximum over ``alpha`` and ``L^*`` jumps, so gradient ascent on ``c`` (with the gradient at
+    fixed ``alpha``) would stop at the first jump. We therefore search in one dimension without
+    derivatives: ``L^*`` on a grid of ``LENGTHSCALE_GRID`` points of ``log ell`` spanning
+    ``LENGTHSCALE_SPAN`` times the starting lengthscale (the kernel's, or the median
+    heuristic), then Brent's bounded search between the neighbours of the best grid point, to
+    ``LENGTHSCALE_XATOL`` in ``log ell``; the best point evaluated wins. Each evaluation is one
+    run of ``solver`` (``O(N M^2)`` per step for the fast regression algorithm; the kernel
+    matrix is one compiled program for every width) stopped at ``SEARCH_TOL``; a width whose
+    run has not converged within ``SEARCH_MAX_ITER`` steps counts as ``-inf``: there the
+    algorithm is still adding basis functions, typically interpolating targets that a short
+    width can fit without noise (``beta`` at its cap), where the evidence grows without bound
+    and is computed from a near-singular ``Sigma``. The best width is then fitted with
+    ``settings`` (the starting width if none converged). For an ARD kernel all lengthscales move
+    by the common factor ``e^c`` (their ratios are kept); kernels without a lengthscale
+    (linear, polynomial, sums and products) keep their hyperparameters.
+    """
+    with blas_threads(X.shape[0]):  # one thread below PARALLEL_MIN_SIZE (ppl_bsvm._runtime)
+        return _maximise_evidence(kernel, X, t, solver, bias, learn, settings)
+
+
+def _maximise_evidence(kernel, X, t, solver, bias, learn, settings):
+    params, Phi = _fit_basis(kernel, X, bias)
+    if not (learn and learns_lengthscale(kernel, params)):
+        return params, Phi, solver(Phi, t, **settings)
+    from scipy.optimize import minimize_scalar
+
+    start = params["log_lengthscale"]
+    search = {**settings, "tol": max(settings["tol"], SEARCH_TOL),
+              "max_iter": min(settings["max_iter"], SEARCH_MAX_ITER)}
+    evidence = {}
+
+    def basis(c):
+        return _fit_basis(kernel, X, bias, {**params, "log_lengthscale": start + c})
+
+    def profile(c):
+        if c not in evidence:
+            result = solver(basis(c)[1], t, **search)
+            evidence[c] = result.log_evidence if result.converged else -np.inf
+        return evidence[c]
+
+    grid = np.linspace(*np.log(LENGTHSCALE_SPAN), LENGTHSCALE_GRID)
+    k = int(np.argmax([profile(float(c)) for c in grid]))
+    if not np.isfinite(evidence[float(grid[k])]):  # no width converged: keep the start
+        return params, Phi, solver(Phi, t, **settings)
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
+    minimize_scalar(lambda c: min(-profile(float(c)), 1e300), bounds=(lo, hi), method="bounded",
+                    options={"xatol": LENGTHSCALE_XATOL})
+    params, Phi = basis(max(evidence, key=evidence.get))
+    return params, Phi, solver(Phi, t, **settings)
 
 
 def _split_active(result: RVMResult, N: int):
@@ -129,9 +221,9 @@ def rvm(problem: Problem, options: RVMOptions, *, key, kernel: Kernel) -> Approx
     """
     algorithm, num_draws = options.algorithm, options.num_draws
     t0 = time.perf_counter()
-    params, Phi = _fit_basis(kernel, problem.X, options.bias)
-    result = rvm_classification(Phi, problem.y, algorithm=algorithm, max_iter=options.max_iter,
-                                tol=options.tol, alpha_max=options.alpha_max)
+    params, Phi, result = maximise_evidence(  # the kernel kept (RVMClassifier's docstring says why)
+        kernel, problem.X, problem.y, rvm_classification, bias=options.bias, learn=False,
+        algorithm=algorithm, max_iter=options.max_iter, tol=options.tol, alpha_max=options.alpha_max)
     rel, has_bias = _split_active(result, problem.n)
     basis = _Basis(kernel, params, problem.X[rel], has_bias)
     mean, cov = result.mean, result.cov

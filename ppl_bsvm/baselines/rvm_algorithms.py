@@ -195,7 +195,8 @@ def _fast_converged(new_alpha, alpha, theta, in_model, tol):
     if np.any(deletable) and np.sum(in_model) > 1:
         return False
     keep = in_model & (theta > 0)
-    change = np.abs(np.log(new_alpha[keep]) - np.log(alpha[keep]))
+    with np.errstate(divide="ignore"):  # alpha 0 (s_i = 0 at a degenerate width): not converged
+        change = np.abs(np.log(new_alpha[keep]) - np.log(alpha[keep]))
     return bool(np.all(change < tol))
 
 

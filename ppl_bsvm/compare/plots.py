@@ -58,22 +58,57 @@ def comparable_idata(fits: dict[str, Fit], var: str, *, num_draws: int = 2000, s
     return out
 
 
+def _label(fit: Fit, var: str, index) -> list[str]:
+    """``var[coordinate]`` for the selected coordinates (training indices for ``f``)."""
+    da = fit.idata.posterior[var]
+    dim = da.dims[2] if da.ndim > 2 else None
+    coords = da.coords[dim].values[index] if dim in da.coords else np.asarray(index)
+    return [f"{var}[{c}]" for c in coords]
+
+
 def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 9,
                    num_draws: int = 2000, seed: int = 0, kind: str = "kde"):
-    """Overlaid marginal posterior densities of ``var`` across fits (arviz-plots ``plot_dist``).
+    """Overlaid marginal posterior densities of ``var`` across fits, one panel per coordinate.
 
     For ``f`` (one coordinate per training point) at most ``max_panels`` coordinates are shown:
-    those where the first fit (the reference) is least certain.
+    those where the first fit (the reference) is least certain (largest posterior sd), as the
+    figure's caption says. Each panel is titled with its coordinate; one legend names the fits
+    (``kind``: ``"kde"`` densities or ``"hist"`` histograms, over ``num_draws`` draws of each).
     """
-    import arviz_plots as azp
+    import matplotlib.pyplot as plt
+    from scipy.stats import gaussian_kde
 
+    if kind not in ("kde", "hist"):
+        raise ValueError(f"kind must be 'kde' or 'hist', got {kind!r}")
     index = _select_coords(fits, var, max_panels)
     trees = comparable_idata(fits, var, num_draws=num_draws, seed=seed, index=index)
-    rows = -(-len(index) // 4)
-    pc = azp.plot_dist(trees, var_names=[var], kind=kind,
-                       figure_kwargs={"figsize": (12, 2.6 * rows)})
-    pc.add_legend("model")
-    return pc
+    first_name, first = next(iter(fits.items()))
+    labels = _label(first, var, index)
+    cols = min(4, len(index))
+    rows = -(-len(index) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.3 * rows + 0.9), squeeze=False)
+    for ax in axes.flat[len(index):]:
+        ax.set_visible(False)
+    for name, tree in trees.items():
+        draws = np.asarray(tree.posterior[var]).reshape(-1, len(index))
+        for j, ax in enumerate(axes.flat[:len(index)]):
+            x = draws[:, j]
+            if kind == "hist" or np.ptp(x) == 0:
+                ax.hist(x, bins=40, density=True, histtype="step", label=name)
+            else:
+                grid = np.linspace(x.min(), x.max(), 200)
+                ax.plot(grid, gaussian_kde(x)(grid), lw=1.3, label=name)
+    for ax, label in zip(axes.flat, labels):
+        ax.set_title(label, fontsize=9)
+        ax.set_yticks([])
+        ax.tick_params(labelsize=8)
+    shown = ("all coordinates" if len(index) == posterior_draws(first, var).shape[1] else
+             f"the {len(index)} coordinates where {first_name} is least certain (largest sd)")
+    fig.suptitle(f"Marginal posteriors of {var}: {shown}", fontsize=10)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
 
 
 def plot_forest(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 20,
@@ -108,21 +143,39 @@ def plot_predictive_scatter(reference_proba, probas: dict, *, reference_name: st
     return fig
 
 
-def plot_reliability(y_true, probas: dict, *, n_bins: int = 10):
-    """Reliability diagram: observed frequency of +1 against mean predicted probability."""
+def reliability_bins(n: int) -> int:
+    """Bins of a reliability diagram for ``n`` test points: about 20 points per bin on
+    average, between 3 and 10 (10 bins of 7-12 points each jag by their binomial noise)."""
+    return int(np.clip(round(n / 20), 3, 10))
+
+
+def plot_reliability(y_true, probas: dict, *, n_bins: int | None = None):
+    """Reliability diagram: observed frequency of +1 against mean predicted probability, with
+    the number of test points in each bin below (``n_bins=None``: :func:`reliability_bins`)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.2, 4.2))
+    n = len(np.asarray(y_true))
+    n_bins = reliability_bins(n) if n_bins is None else positive_int("n_bins", n_bins)
+    fig, (ax, axc) = plt.subplots(2, 1, figsize=(4.6, 5.6), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 1.2]})
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, label="perfect calibration")
-    for name, p in probas.items():
+    width = 1.0 / n_bins / (len(probas) + 1)
+    for k, (name, p) in enumerate(probas.items()):
         bins = calibration_bins(y_true, p, n_bins)
         ok = bins["count"] > 0
-        ax.plot(bins["mean_prob"][ok], bins["frac_pos"][ok], marker="o", ms=4, label=name)
-    ax.set_xlabel("mean predicted P(y=+1)")
+        line, = ax.plot(bins["mean_prob"][ok], bins["frac_pos"][ok], marker="o", ms=4,
+                        label=name)
+        axc.bar(bins["edges"][:-1] + (k + 0.5) * width, bins["count"], width=width,
+                color=line.get_color(), align="edge")
     ax.set_ylabel("observed frequency of y=+1")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
+    ax.set_title(f"{n} test points, {n_bins} bins of equal width", fontsize=9)
     ax.legend(fontsize=8)
+    axc.set_ylabel("points per bin", fontsize=8)
+    axc.set_xlabel("mean predicted P(y=+1)")
+    axc.set_xticks(np.linspace(0, 1, n_bins + 1), minor=True)
+    axc.grid(axis="x", which="minor", color="0.85")
     fig.tight_layout()
     return fig
 
@@ -131,7 +184,11 @@ _OBJECTIVES = ("elbo", "objective")
 
 
 def plot_objective_traces(fits: dict[str, Fit]):
-    """The objective trace (ELBO, MAP objective) of each iterative fit against iteration."""
+    """The objective trace (ELBO, MAP objective) of each iterative fit against its steps.
+
+    A trace recorded only at some steps (S-BSVM's and linear SVI's ELBO, every epoch) is
+    plotted at those steps (``trace[key + "_step"]``), so the x-axis counts the algorithm's
+    steps for every fit."""
     import matplotlib.pyplot as plt
 
     traced = {
@@ -145,21 +202,57 @@ def plot_objective_traces(fits: dict[str, Fit]):
     k = len(traced)
     fig, axes = plt.subplots(1, k, figsize=(3.4 * k, 3.0), squeeze=False)
     for ax, (name, (key, values)) in zip(axes[0], traced.items()):
-        step = np.flatnonzero(np.isfinite(values))
-        ax.plot(step + 1, values[step], lw=1.2)
+        steps = fits[name].trace.get(f"{key}_step")
+        steps = (np.arange(1, values.size + 1) if steps is None
+                 else np.asarray(steps, dtype=float))
+        ok = np.isfinite(values)
+        ax.plot(steps[ok], values[ok], lw=1.2, marker="." if ok.sum() < 30 else None)
         ax.set_title(f"{name}: {key}", fontsize=9)
-        ax.set_xlabel("iteration")
-        if step.size and values[step].min() < 0 < values[step].max():
+        ax.set_xlabel("step")
+        if ok.any() and values[ok].min() < 0 < values[ok].max():
             ax.set_yscale("symlog")
     fig.tight_layout()
     return fig
 
 
-def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 6):
-    """Trace and density of a sampler's chains for a few coordinates (``plot_trace_dist``)."""
-    import arviz_plots as azp
+def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 6, name: str | None = None):
+    """A sampler's chains for a few coordinates of ``var`` (those it is least certain of):
+    their densities (left) and traces against the draw (right), one colour per coordinate and
+    one line style per chain, with a title and a legend."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from scipy.stats import gaussian_kde
 
     index = _select_coords({"fit": fit}, var, max_panels)
-    dim = fit.idata.posterior[var].dims[2]
-    coords = {dim: fit.idata.posterior[var].coords[dim].values[index]}
-    return azp.plot_trace_dist(fit.idata, var_names=[var], coords=coords)
+    values = np.asarray(fit.idata.posterior[var])[:, :, index]  # (chains, draws, k)
+    labels = _label(fit, var, index)
+    styles = ["-", "--", ":", "-."]
+    fig, (ax_d, ax_t) = plt.subplots(1, 2, figsize=(11, 3.6),
+                                     gridspec_kw={"width_ratios": [1, 2]})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j in range(len(index)):
+        colour = colours[j % len(colours)]
+        for c in range(values.shape[0]):
+            x = values[c, :, j]
+            style = styles[c % len(styles)]
+            ax_t.plot(x, color=colour, ls=style, lw=0.5, alpha=0.7)
+            if np.ptp(x) > 0:
+                grid = np.linspace(x.min(), x.max(), 150)
+                ax_d.plot(grid, gaussian_kde(x)(grid), color=colour, ls=style, lw=1)
+    ax_d.set_yticks([])
+    ax_d.set_xlabel(var)
+    ax_d.set_title("density per chain", fontsize=9)
+    ax_t.set_xlabel("draw (after warm-up)")
+    ax_t.set_ylabel(var)
+    ax_t.set_title("trace per chain", fontsize=9)
+    handles = [Line2D([], [], color=colours[j % len(colours)], label=labels[j])
+               for j in range(len(index))]
+    handles += [Line2D([], [], color="0.3", ls=styles[c % len(styles)], label=f"chain {c}")
+                for c in range(values.shape[0])]
+    ax_t.legend(handles=handles, fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    who = name or fit.method
+    fig.suptitle(f"{who} ({fit.model}): {values.shape[0]} chains of {values.shape[1]} draws, "
+                 f"{var} at the {len(index)} coordinates with the largest posterior sd",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -232,8 +232,8 @@ def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, see
             fig = plots.plot_objective_traces(traced)
             _save(fig, folder / "objective_traces.png")
             out.append(("Objective traces (ELBO, MAP objective)", "objective_traces.png"))
-        if shared and reference.idata.posterior.sizes.get("chain", 1) > 1:
-            pc = plots.plot_mcmc_trace(reference, shared[0])
+        if reference.idata.posterior.sizes.get("chain", 1) > 1 and shared:
+            pc = plots.plot_mcmc_trace(reference, shared[0], name=reference_name)
             _save(pc, folder / "reference_trace.png")
             out.append((f"Reference sampler traces ({shared[0]})", "reference_trace.png"))
     return out

@@ -22,7 +22,9 @@ def fit_methods(split: Split, *, model: str, methods, kernel=None, seed: int = 0
 
     ``options`` maps a method name to its keyword options.
     """
-    from tqdm.auto import tqdm
+    from .._progress import _tqdm_class
+
+    tqdm = _tqdm_class()  # tqdm.auto's choice, without its warning where ipywidgets is missing
 
     options = options or {}
     unknown = set(options) - set(methods)

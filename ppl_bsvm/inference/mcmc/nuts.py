@@ -190,8 +190,20 @@ def _check_start(state, inputs) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NUTSOptions(Sampler, Temperature):
-    """What every NUTS engine takes besides the sampler's and the likelihood's options: the
-    ``augmented`` model (``store_lam`` needs it) and NUTS's own settings."""
+    """What every NUTS engine takes besides the sampler's and the likelihood's options.
+
+    Parameters
+    ----------
+    augmented : bool
+        Sample the augmented model (with ``lam``; ``store_lam`` needs it) instead of the
+        marginal one.
+    target_accept_prob : float
+        NUTS's target acceptance probability during adaptation.
+    max_tree_depth : int
+        NUTS's maximum tree depth (at most ``2^max_tree_depth`` leapfrog steps per draw).
+    dense_mass : bool
+        Adapt a dense mass matrix instead of a diagonal one.
+    """
 
     augmented: bool = False
     target_accept_prob: float = 0.8

@@ -55,10 +55,19 @@ class HyperEvery(Options):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Stochastic(Options):
-    """Minibatch natural-gradient steps: ``batch_size`` (None: the engine's default for the
-    data), ``learning_rate`` (``schedules.as_rate``), the stopping rule's period
-    ``check_every`` in epochs (None: the engine's default for the data), and the optional
-    exact-ELBO diagnostic ``elbo_every``."""
+    """Minibatch natural-gradient steps.
+
+    Parameters
+    ----------
+    batch_size : int or None
+        Minibatch size (None: the engine's default for the data).
+    learning_rate : float, str or schedule
+        The natural-gradient step size (``schedules.as_rate``).
+    check_every : float or None
+        The stopping rule's period in epochs (None: the engine's default for the data).
+    elbo_every : int or None
+        Compute the exact ELBO every this many steps (a diagnostic, not used for stopping).
+    """
 
     batch_size: int | None = None
     learning_rate: object = "robbins_monro"
@@ -74,9 +83,18 @@ class Stochastic(Options):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Inducing(Options):
-    """Inducing points: ``num_inducing`` chosen by ``inducing`` (``"kmeans"``, ``"random"``) or
-    given as an ``(m, d)`` array (checked against the data by the engine), optionally learned
-    (``learn_inducing``, with the hyperparameters)."""
+    """Inducing points.
+
+    Parameters
+    ----------
+    num_inducing : int or None
+        How many (None: the engine's default for the data).
+    inducing : {"kmeans", "random"} or array of shape (m, d)
+        How they are chosen, or the locations themselves (checked against the data by the
+        engine).
+    learn_inducing : bool
+        Learn the locations too (with the hyperparameters).
+    """
 
     num_inducing: int | None = None
     inducing: object = "kmeans"

@@ -1,0 +1,75 @@
+"""The comparison figures say what they show: captions, bin counts, steps on the x-axis."""
+
+import types
+
+import matplotlib
+import numpy as np
+import pytest
+
+from ppl_bsvm._idata import make_idata
+from ppl_bsvm.compare import plots
+from ppl_bsvm.data import BinaryLabels
+from ppl_bsvm.predictive import GaussianPredictor
+from ppl_bsvm.result import Fit
+
+matplotlib.use("Agg")
+
+
+def _fit(method, sd, k=12, chains=1, seed=0):
+    """A Fit whose ``f`` has k coordinates (training indices 100..), the last ones widest."""
+    rng = np.random.default_rng(seed)
+    scale = sd * np.linspace(0.5, 2.0, k)
+    draws = scale * rng.standard_normal((chains, 400, k))
+    idata = make_idata({"f": draws}, coords={"obs": np.arange(100, 100 + k)},
+                       dims={"f": ["obs"]})
+    return Fit(idata=idata, method=method, model="gp",
+               predictor=GaussianPredictor(lambda X: (X[:, 0], np.ones(len(X)))),
+               labels=BinaryLabels(-1, 1), n_features_in=1)
+
+
+def test_marginals_caption_names_the_points_shown_and_titles_do_not_overlap():
+    fits = {name: _fit(name, sd, seed=i) for i, (name, sd) in
+            enumerate([("gibbs", 1.0), ("vi", 0.9), ("svi", 1.1), ("ecm", 0.5), ("rvm", 1.3)])}
+    fig = plots.plot_marginals(fits, "f", max_panels=4, num_draws=300)
+    assert fig._suptitle.get_text() == ("Marginal posteriors of f: the 4 coordinates where gibbs "
+                                        "is least certain (largest sd)")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["f[108]", "f[109]", "f[110]", "f[111]"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(fits)
+    assert all(len(ax.texts) == 0 for ax in shown)  # no annotations inside the panels
+    fig.canvas.draw()
+    boxes = [ax.title.get_window_extent() for ax in shown] + [fig._suptitle.get_window_extent()]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+@pytest.mark.parametrize("n, bins", [(20, 3), (70, 4), (120, 6), (1000, 10)])
+def test_reliability_bins_suit_the_test_size_and_show_their_counts(n, bins):
+    assert plots.reliability_bins(n) == bins
+    rng = np.random.default_rng(0)
+    p = rng.uniform(size=n)
+    y = np.where(rng.uniform(size=n) < p, 1, -1)
+    fig = plots.plot_reliability(y, {"a": p, "b": np.clip(p + 0.1, 0, 1)})
+    counts = fig.axes[1].patches
+    assert len(counts) == 2 * bins
+    assert sum(bar.get_height() for bar in counts[:bins]) == n  # every test point, once
+    assert fig.axes[0].get_title() == f"{n} test points, {bins} bins of equal width"
+
+
+def test_objective_traces_count_steps():
+    svi = types.SimpleNamespace(trace={"elbo": np.array([-5.0, -3.0, -2.5]),
+                                       "elbo_step": np.array([40, 80, 120])})
+    ecm = types.SimpleNamespace(trace={"objective": np.array([3.0, 2.0, 1.5, 1.4])})
+    fig = plots.plot_objective_traces({"svi": svi, "ecm": ecm})
+    (line_svi,), (line_ecm,) = (ax.get_lines() for ax in fig.axes)
+    np.testing.assert_array_equal(line_svi.get_xdata(), [40, 80, 120])
+    np.testing.assert_array_equal(line_ecm.get_xdata(), [1, 2, 3, 4])
+    assert {ax.get_xlabel() for ax in fig.axes} == {"step"}
+
+
+def test_mcmc_trace_has_a_title_and_a_legend():
+    fig = plots.plot_mcmc_trace(_fit("gibbs", 1.0, k=5, chains=3), "f", max_panels=2,
+                                name="reference")
+    assert fig._suptitle.get_text().startswith("reference (gp): 3 chains of 400 draws")
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["f[103]", "f[104]", "chain 0", "chain 1", "chain 2"]
+    assert len(fig.axes[1].get_lines()) == 2 * 3

@@ -3,6 +3,7 @@
 model's fits against grid quadrature."""
 
 import re
+
 import numpy as np
 import pytest
 from scipy.special import logsumexp

@@ -93,8 +93,9 @@ def linear_bytes(square: int, per_chain=None, *, dual=None):
     ``n x p`` copies of the design, the draws (``num_draws`` or the chains' ``num_samples``
     kept draws of ``p`` coefficients, and of ``lam`` with ``store_lam``); ``per_chain(n, p,
     options)``: more ``p x p`` or ``n x p`` matrices each chain keeps (samplers);
-    ``dual(n, p, options)``: True where the engine solves in ``n x n`` form (then one ``p x p``
-    matrix, the covariance it returns, and ``n x n`` factors)."""
+    ``dual(n, p, options)``: True where the engine solves in ``n x n`` form (then ``n x n``
+    factors and three ``p x p`` matrices: the covariance it returns, a product on the way to
+    it and the Fit's copy)."""
 
     def memory(n: int, d: int, options: dict) -> int:
         p = coefficients(d, options)
@@ -105,7 +106,7 @@ def linear_bytes(square: int, per_chain=None, *, dual=None):
         else:
             draws = 3 * int(options.get("num_draws", 1000)) * p  # draws, their noise, a copy
         if dual is not None and dual(n, p, options):
-            work = p * p + 3 * n * p + 4 * n * n
+            work = 3 * p * p + 3 * n * p + 4 * n * n
         else:
             work = square * p * p + 2 * n * p
         if per_chain is not None:

@@ -53,9 +53,10 @@ def test_every_linear_and_dense_engine_estimates_its_memory():
 @pytest.mark.parametrize("method", ["vi", "ecm"])
 def test_the_dual_form_is_what_makes_many_features_fit(monkeypatch, method):
     """p = 10^4 + 1 coefficients, n = 50: the primal form's five p x p matrices (4 GB) do not
-    fit in 2 GB; the dual form (one p x p covariance, the one returned) does, and the check
-    passes on to converting X. The error for form='primal' points to form='auto'."""
-    monkeypatch.setattr(_memory, "available_bytes", lambda: 2 * 10**9)
+    fit in 3 GB; the dual form (three: the covariance returned, a product and the Fit's copy)
+    does, and the check passes on to converting X. The error for form='primal' points to
+    form='auto'."""
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 3 * 10**9)
     X = Huge((50, 10_000))
     with pytest.raises(ppl_bsvm.InsufficientMemoryError, match="form='auto' solves in n x n"):
         ppl_bsvm.fit(X, np.ones(50), model="linear", method=method, form="primal")

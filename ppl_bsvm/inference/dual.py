@@ -124,7 +124,7 @@ def beta_mean(Z, q: DualQ):
 def beta_cov(Z, q: DualQ):
     """``B = s^2 I - s^4 Z^T (K + N)^{-1} Z`` (``p x p``, ``O(n p^2)``)."""
     W = jax.scipy.linalg.solve_triangular(q.fac.chol, q.fac.s[:, None] * Z, lower=True)
-    return q.s2 * jnp.eye(Z.shape[1], dtype=Z.dtype) - q.s2**2 * (W.T @ W)
+    return (-(q.s2**2) * (W.T @ W)).at[jnp.diag_indices(Z.shape[1])].add(q.s2)
 
 
 def _matheron(Z, q: DualQ, xi, e):

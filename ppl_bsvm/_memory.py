@@ -9,8 +9,11 @@ copy on the device) and compares the total with the memory the operating system 
 available.
 
 The estimates are deliberately simple (leading terms, in bytes): they are meant to catch
-a dense ``n x n`` engine called on 10^5 points (80 GB per matrix) or a data set larger than
-the machine, not to predict the resident set to the megabyte.
+a dense ``n x n`` engine called on 10^5 points (80 GB per matrix), a linear engine whose
+``p x p`` matrices (``p = d + 1`` coefficients with the intercept) do not fit, or a data set
+larger than the machine, not to predict the resident set to the megabyte. Each estimate
+carries a ``hint``: what to use instead, named in the error. ``fit(..., check_memory=False)``
+skips the check, for a user who knows better (swap, or an estimate that is too cautious).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import os
 
 from .exceptions import InsufficientMemoryError
 
-__all__ = ["InsufficientMemoryError", "available_bytes", "dense_bytes", "input_bytes",
-           "check_fit", "format_bytes"]
+__all__ = ["InsufficientMemoryError", "available_bytes", "dense_bytes", "linear_bytes",
+           "coefficients", "input_bytes", "check_fit", "format_bytes"]
 
 FLOAT = 8
 """Bytes per float64."""
@@ -56,6 +59,19 @@ def input_bytes(n: int, d: int) -> int:
     return 2 * n * d * FLOAT + 8 * n * FLOAT
 
 
+SCALABLE = ("method='svi' (S-BSVM, memory linear in n), method='svgp' (SVGP) or "
+            "method='bcsvm' (BC-SVM)")
+"""The engines whose memory does not grow as ``n^2``, named in the errors."""
+
+DENSE_HINT = f"method={{method!r}} forms n x n matrices; for large n use {SCALABLE}"
+LINEAR_HINT = (
+    "the memory of method={method!r} for the linear model grows with its p = d + 1 "
+    "coefficients (p x p matrices, draws of p values){where}; with many features and few points use model='linear' with "
+    "method='vi' or 'ecm', which solve in n x n (dual) form when p > n, or model='gp' with "
+    "kernel='linear' (the same prior as a GP); for large n " + SCALABLE
+)
+
+
 def dense_bytes(copies: int):
     """An engine's ``memory`` estimate for ``copies`` dense ``n x n`` float64 matrices (kernel
     matrix, its Cholesky factor, covariances)."""
@@ -63,13 +79,47 @@ def dense_bytes(copies: int):
     def memory(n: int, d: int, options: dict) -> int:
         return copies * n * n * FLOAT
 
-    memory.dense = True
+    memory.hint = DENSE_HINT
+    return memory
+
+
+def coefficients(d: int, options: dict) -> int:
+    """``p``: the linear model's coefficients (``d``, and the intercept unless turned off)."""
+    return d + (0 if options.get("intercept", True) is False else 1)
+
+
+def linear_bytes(square: int, per_chain=None, *, dual=None):
+    """A linear engine's ``memory`` estimate: ``square`` ``p x p`` float64 matrices, two
+    ``n x p`` copies of the design, the draws (``num_draws`` or the chains' ``num_samples``
+    kept draws of ``p`` coefficients, and of ``lam`` with ``store_lam``); ``per_chain(n, p,
+    options)``: more ``p x p`` or ``n x p`` matrices each chain keeps (samplers);
+    ``dual(n, p, options)``: True where the engine solves in ``n x n`` form (then ``n x n``
+    factors and three ``p x p`` matrices: the covariance it returns, a product on the way to
+    it and the Fit's copy)."""
+
+    def memory(n: int, d: int, options: dict) -> int:
+        p = coefficients(d, options)
+        chains = int(options.get("num_chains", 1))
+        if "num_samples" in options:
+            draws = chains * int(options["num_samples"]) * (
+                p + (n if options.get("store_lam") else 0))
+        else:
+            draws = 3 * int(options.get("num_draws", 1000)) * p  # draws, their noise, a copy
+        if dual is not None and dual(n, p, options):
+            work = 3 * p * p + 3 * n * p + 4 * n * n
+        else:
+            work = square * p * p + 2 * n * p
+        if per_chain is not None:
+            work += chains * per_chain(n, p, options)
+        return (work + draws) * FLOAT
+
+    memory.hint = LINEAR_HINT
     return memory
 
 
 def check_fit(what: str, n: int, d: int, engine_bytes: int, hint: str = "") -> None:
     """``InsufficientMemoryError`` when the inputs' copies and ``engine_bytes`` exceed the
-    available memory."""
+    available memory; the message gives the estimate, ``hint`` and how to skip the check."""
     available = available_bytes()
     if available is None:
         return
@@ -79,5 +129,6 @@ def check_fit(what: str, n: int, d: int, engine_bytes: int, hint: str = "") -> N
             f"{what} on X of shape ({n}, {d}) needs about {format_bytes(need)} of memory "
             f"({format_bytes(input_bytes(n, d))} for the inputs' copies, "
             f"{format_bytes(engine_bytes)} of working memory), but only "
-            f"{format_bytes(available)} is available{'; ' + hint if hint else ''}"
+            f"{format_bytes(available)} is available{'; ' + hint if hint else ''}. To run "
+            "anyway (the estimate counts leading terms only), pass check_memory=False"
         )

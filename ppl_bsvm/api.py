@@ -220,6 +220,7 @@ def fit(
     checkpoint=None,
     checkpoint_every: int | None = None,
     progress_bar: bool | None = None,
+    check_memory: bool = True,
     **options,
 ) -> Fit:
     """Fit a Bayesian SVM (or a baseline) to binary data with the chosen inference method.
@@ -253,6 +254,10 @@ def fit(
     progress_bar : bool, optional
         Show a progress bar for the samplers and iterative engines. Default: in an interactive
         terminal or a notebook (not under ``CI``), and only once a run has lasted two seconds.
+    check_memory : bool, default=True
+        Estimate the fit's memory before any work and refuse it (``InsufficientMemoryError``)
+        when it exceeds the memory available; False skips the check, for a user who knows
+        better (the estimate counts leading terms: ``ppl_bsvm._memory``).
     **options
         Engine options (``max_iter``, ``tol``, ``num_samples``, ...); an unknown option raises.
 
@@ -267,7 +272,7 @@ def fit(
     InsufficientMemoryError
         Before any work, when the inputs' copies and the engine's working memory exceed the
         memory available (``ppl_bsvm._memory``); a subclass of ``MemoryError`` and of
-        ``ValueError``.
+        ``ValueError``. The message gives the estimate and the engines that scale.
 
     Warns
     -----
@@ -286,7 +291,10 @@ def fit(
     start = time.perf_counter()
     engine = get_engine(model, method)
     config = _check_options(engine, options)
-    _check_memory(engine, X, config)
+    if not isinstance(check_memory, (bool, np.bool_)):
+        raise ValueError(f"check_memory must be True or False, got {check_memory!r}")
+    if check_memory:
+        _check_memory(engine, X, config)
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
     progress_bar = _progress.check_progress_bar(progress_bar)
@@ -466,11 +474,21 @@ def _check_memory(engine, X, config: Options) -> None:
         working = 0 if engine.memory is None else int(engine.memory(n, d, config.as_dict()))
     except (TypeError, ValueError):
         return  # invalid options: the engine's own checks name them
-    dense = engine.memory is not None and getattr(engine.memory, "dense", False)
-    hint = (f"method={engine.method!r} forms n x n matrices; for large n use method='svi' "
-            "(S-BSVM, memory linear in n)" if dense else "")
+    hint = getattr(engine.memory, "hint", "").format(
+        method=engine.method, where=_memory_where(engine, n, d, config))
     _memory.check_fit(f"fit(model={engine.model!r}, method={engine.method!r})", n, d, working,
                       hint)
+
+
+def _memory_where(engine, n: int, d: int, config: Options) -> str:
+    """For a linear engine's hint: the form it would run in, where it has two."""
+    form = getattr(config, "form", None)
+    if form is None:
+        return ""
+    p = _memory.coefficients(d, config.as_dict())
+    if form == "primal" and p > n:
+        return ", and form='primal' was asked for: form='auto' solves in n x n form"
+    return ""
 
 
 def _run_engine(engine, problem, key, kernel, config, shared, previous, checkpoint, every,

@@ -40,6 +40,7 @@ __all__ = [
     "Draws",
     "Link",
     "LinearPrior",
+    "LinearForm",
     "Sampler",
     "CHAIN_METHODS",
 ]
@@ -176,6 +177,20 @@ class LinearPrior(Options):
     prior_scale: float = 1.0
     intercept: bool = True
     _validators = {"prior_scale": positive_float, "intercept": boolean}
+
+
+FORMS = ("auto", "primal", "dual")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearForm(Options):
+    """``form``: solve the linear model's ``p x p`` systems as they are (``"primal"``,
+    ``O(n p^2 + p^3)`` per update) or through Woodbury's identity as ``n x n`` ones
+    (``"dual"``, ``O(n^3)`` per update once ``Z Z^T`` is formed; ``ppl_bsvm.inference.dual``);
+    ``"auto"`` takes the dual form when ``p > n``. Both give the same result to rounding."""
+
+    form: str = "auto"
+    _validators = {"form": lambda name, form: one_of(name, form, FORMS)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

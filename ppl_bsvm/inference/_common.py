@@ -85,6 +85,8 @@ class LinearData(NamedTuple):
         SVI: stream positions per period of the stopping rule (``check_every`` epochs).
     order : BatchOrder, optional
         SVI: the minibatch stream's fixed random order (``vi._svi``).
+    gram : (n, n), optional
+        VI and ECM in dual form: ``Z Z^T`` (``inference.dual``).
     """
 
     Z: jnp.ndarray
@@ -96,6 +98,7 @@ class LinearData(NamedTuple):
     scale: jnp.ndarray | None = None
     period: jnp.ndarray | None = None
     order: object = None
+    gram: jnp.ndarray | None = None
 
 
 class GPData(NamedTuple):

@@ -21,6 +21,10 @@ Families (``X*`` rows ``x_*``, ``k_*`` the kernel column ``k(X, x_*)``):
 ``linear_gaussian``
     ``q(beta) = N(mu, P^{-1})`` with ``P = L L^T``: :math:`m = x_*^\top \mu`,
     :math:`v = |L^{-1} x_*|^2` (linear VI, SVI, ECM).
+``linear_dual``
+    The same ``q(beta)`` in dual form (``inference.dual``, for ``p >> n``): GP regression with
+    the linear kernel ``s^2 z_i^T x_*`` on the training rows, :math:`m = k_*^\top a`,
+    :math:`v = s^2 |x_*|^2 - |L^{-1} S k_*|^2`.
 ``linear_draws``
     One latent value per posterior draw of ``beta``: :math:`m_s = x_*^\top \beta_s`, ``v = 0``.
 ``gp_draws``
@@ -52,6 +56,8 @@ __all__ = [
     "gp_dense",
     "LinearGaussian",
     "linear_gaussian",
+    "LinearDual",
+    "linear_dual",
     "linear_draws",
     "GPDraws",
     "gp_draws",
@@ -166,6 +172,28 @@ def linear_gaussian(intercept: bool, arrays: LinearGaussian, X):
     Xd = _design(X, intercept)
     V = solve_triangular(arrays.chol, Xd.T, lower=True)
     return Xd @ arrays.mean, jnp.sum(V**2, axis=0)
+
+
+class LinearDual(NamedTuple):
+    """``q(beta)`` in dual form (:mod:`ppl_bsvm.inference.dual`): training rows ``Z (n, p)``,
+    prior variance ``s2``, the factor ``chol (n, n)`` of ``I + S K S`` with ``s (n,)``
+    (``K = s2 Z Z^T``) and the weights ``a (n,)``, ``mean = s2 Z^T a``."""
+
+    Z: jnp.ndarray
+    s2: jnp.ndarray
+    chol: jnp.ndarray
+    s: jnp.ndarray
+    a: jnp.ndarray
+
+
+@latent_family
+@partial(jax.jit, static_argnums=0)
+def linear_dual(intercept: bool, arrays: LinearDual, X):
+    """Mean and variance ``(n*,)`` of ``x_*^T beta`` from the dual form (module doc)."""
+    Xd = _design(X, intercept)
+    fac = gaussian.NoisyFactor(arrays.chol, arrays.s)
+    return gaussian.predict(fac, arrays.a, arrays.s2 * (arrays.Z @ Xd.T),
+                            arrays.s2 * jnp.sum(Xd**2, axis=1))
 
 
 @latent_family

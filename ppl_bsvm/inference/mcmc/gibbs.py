@@ -44,7 +44,7 @@ import numpy as np
 
 from ... import models
 from ..._checks import boolean, open_interval
-from ..._memory import dense_bytes
+from ..._memory import dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -160,8 +160,23 @@ def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim
     return run
 
 
+def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
+    """What each chain keeps: the precision of ``beta | lam`` and its factor (``p x p``
+    each), and for ``k`` line-move directions (``"all"``: ``p``) the directions, their
+    prior products (``k x p`` each), their margins (``k x n``) and, when they are learned,
+    the warmup window's ``p x p`` sum of squares."""
+    directions = options.get("directions", "all")
+    if directions is None or isinstance(directions, str):
+        k, learned = p, True
+    elif isinstance(directions, int):
+        k, learned = directions, directions > 0
+    else:
+        k, learned = len(directions), False
+    return 2 * p * p + (p * p if learned else 0) + 2 * k * p + k * n
+
+
 @register("gibbs", ("linear",), options=GibbsLinearOptions, uses_kernel=False,
-          budget="num_samples")
+          budget="num_samples", memory=linear_bytes(0, _linear_chain_bytes))
 def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
                  resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Polson & Scott 2011) for the linear Bayesian SVM.

@@ -25,7 +25,7 @@ from numpyro.infer import NUTS
 
 from ... import models
 from ..._checks import boolean, positive_float, positive_int
-from ..._memory import dense_bytes
+from ..._memory import dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -280,8 +280,14 @@ def _augmented_hint(augmented):
     return "; the augmented model diverges by construction, use augmented=False" if augmented else ""
 
 
+def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
+    """What each chain keeps beyond its draws: the mass matrix (``p x p`` with
+    ``dense_mass``) and the step's vectors, the margins."""
+    return (p * p if options.get("dense_mass") else 4 * p) + 2 * n
+
+
 @register("nuts", ("linear",), options=NUTSLinearOptions, uses_kernel=False,
-          budget="num_samples")
+          budget="num_samples", memory=linear_bytes(0, _linear_chain_bytes))
 def nuts_linear(problem: Problem, options: NUTSLinearOptions, *, key,
                 resume: Fit | None = None) -> Approximation:
     """NUTS on the linear Bayesian SVM (marginal model by default).

@@ -28,6 +28,14 @@ extrapolates ``x' = x - 2 a r + a^2 v`` and takes ``F(x')`` if its objective is 
 and the fallback is two plain sweeps), the fixed points are ``F``'s, and on Heart 28 cycles (84
 sweeps, a quarter of the plain iteration's) reach ``tol = 1e-10``, at a higher objective.
 
+**Dual form** (linear model with ``p > n``, ``form="auto"``; ``inference.dual``). Every
+iterate ``beta`` lies in the row space of ``Z`` (it starts at 0, the CM-step's
+``beta = s^2 Z^T (K + N)^{-1} (1 + lamhat)``, ``K = s^2 Z Z^T``, ``N = Lamhat / gamma``, is
+there and SQUAREM combines iterates linearly), so the iteration runs on ``c`` with
+``beta = Z^T c``: the margins are ``Z Z^T c``, ``beta^T beta = c^T Z Z^T c``, and SQUAREM's
+step lengths use that inner product, so the iterates are the primal ones to rounding at
+``O(n^3)`` per sweep instead of ``O(n p^2 + p^3)``.
+
 The ``Fit`` is Gaussian: the conditional posterior of ``f`` (or ``beta``) given
 ``lam = lamhat`` at convergence (the Gibbs conditional at the ECM point), whose mean is the
 MAP; predictions are that GP regression's predictive (Henao et al. 2014, section 3.2).
@@ -46,14 +54,15 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from ..._checks import positive_float
-from ..._memory import dense_bytes
+from ..._memory import dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
-from ...engine import Approximation, Draws, Iteration, Jitter, LinearPrior, Link, Temperature
+from ...engine import (Approximation, Draws, Iteration, Jitter, LinearForm, LinearPrior, Link,
+                       Temperature)
 from ...kernels import Kernel
 from ...predictive import GaussianPredictor
-from .. import gaussian
-from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_gaussian
+from .. import dual, gaussian
+from ..latent import GPNoisy, Latent, LinearGaussian, gp_noisy, linear_dual, linear_gaussian
 from .._common import (
     GPData,
     LinearData,
@@ -72,6 +81,8 @@ __all__ = [
     "gp_init",
     "gp_step",
     "linear_init",
+    "linear_dual_init",
+    "linear_dual_step",
     "linear_step",
     "map_objective",
     "squarem_cycle",
@@ -141,14 +152,15 @@ ALPHA_MAX = 64.0
 """Largest SQUAREM extrapolation step (module docstring)."""
 
 
-def squarem_cycle(sweep, x, state: ECMState) -> ECMState:
+def squarem_cycle(sweep, x, state: ECMState, inner=jnp.dot) -> ECMState:
     """One SQUAREM cycle of the monotone map ``sweep: x -> ECMState`` from ``state`` (module
-    docstring); ``x`` is the point ``sweep`` maps (``state.f``)."""
+    docstring); ``x`` is the point ``sweep`` maps (``state.f``), ``inner`` the inner product
+    whose norms set the step length."""
     s1 = sweep(x)
     s2 = sweep(s1.f)
     r = s1.f - x
     v = s2.f - 2.0 * s1.f + x
-    rr, vv = jnp.dot(r, r), jnp.dot(v, v)
+    rr, vv = inner(r, r), inner(v, v)
     alpha = jnp.where(vv > 0, -jnp.sqrt(rr / jnp.where(vv > 0, vv, 1.0)), -1.0)
     alpha = jnp.clip(alpha, -ALPHA_MAX, -1.0)
     s3 = sweep(x - 2.0 * alpha * r + alpha**2 * v)
@@ -191,6 +203,36 @@ def linear_step(_static, _key, state: ECMState, data: LinearData):
     return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))
 
 
+def _dual_cm_step(data: LinearData, lam) -> dual.DualQ:
+    """The CM-step's Gaussian in dual form: ``beta = s^2 Z^T a``, ``a = (K + N)^{-1} (1 + lam)``."""
+    return dual.dual_q(data.gram, data.prior_scale**2, lam / data.gamma, 1.0 + lam)
+
+
+def linear_dual_init(_static, _key, data: LinearData, start=None) -> ECMState:
+    """:func:`linear_init` in dual form: ``c = 0`` (``f`` and ``a`` hold ``c``)."""
+    n = data.Z.shape[0]
+    zeros = jnp.zeros(n, data.Z.dtype)
+    return ECMState(zeros, zeros, jnp.ones(n, data.Z.dtype),
+                    map_objective(0.0, zeros, data.gamma))
+
+
+def _linear_dual_sweep(data: LinearData, c) -> ECMState:
+    """:func:`_linear_sweep` on ``c`` (``beta = Z^T c``)."""
+    lam = jnp.maximum(jnp.abs(1.0 - data.gram @ c), data.eps)
+    q = _dual_cm_step(data, lam)
+    c = q.s2 * q.a
+    margins = q.K @ q.a
+    return ECMState(c, c, lam, map_objective(jnp.dot(margins, q.a), margins, data.gamma))
+
+
+def linear_dual_step(_static, _key, state: ECMState, data: LinearData):
+    """One SQUAREM cycle of the linear model in dual form (:func:`linear_step`'s iterates to
+    rounding: the step lengths use ``|beta|^2 = c^T Z Z^T c``)."""
+    new = squarem_cycle(partial(_linear_dual_sweep, data), state.f, state,
+                        inner=lambda u, v: u @ (data.gram @ v))
+    return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))
+
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _ECMOptions(Iteration, Temperature, Draws, Link):
@@ -212,7 +254,7 @@ class ECMGPOptions(_ECMOptions, Jitter):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ECMLinearOptions(_ECMOptions, LinearPrior):
+class ECMLinearOptions(_ECMOptions, LinearPrior, LinearForm):
     """Options of ``fit(model="linear", method="ecm")`` (see :func:`ecm_linear`)."""
 
 
@@ -269,7 +311,8 @@ def ecm_gp(problem: Problem, options: ECMGPOptions, *, key, kernel: Kernel) -> A
     )
 
 
-@register("ecm", ("linear",), options=ECMLinearOptions, uses_kernel=False)
+@register("ecm", ("linear",), options=ECMLinearOptions, uses_kernel=False,
+          memory=linear_bytes(5, dual=dual.in_dual))
 def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approximation:
     """ECM for the linear Bayesian SVM: MAP = linear SVM without bias at C = 2 gamma.
 
@@ -279,26 +322,37 @@ def ecm_linear(problem: Problem, options: ECMLinearOptions, *, key) -> Approxima
         ``beta ~ N(0, prior_scale^2 I)``.
     intercept : bool, default=True
         Append a column of ones (coefficient ``beta[intercept]``, same prior).
+    form : {"auto", "primal", "dual"}, default="auto"
+        Solve in ``p x p`` (primal) or ``n x n`` (dual) form; ``"auto"``: dual when there
+        are more coefficients ``p`` than points ``n`` (module docstring).
     gamma, max_iter, tol, eps, num_draws, link
         As for the GP model.
     """
     t0 = time.perf_counter()
     setup = linear_setup(problem, options.intercept)
+    in_dual = dual.use_dual(options.form, *setup.Z.shape)
     data = LinearData(setup.Z, jnp.asarray(options.prior_scale), jnp.asarray(options.gamma),
-                      eps=jnp.asarray(options.eps))
-    result = run(linear_step, linear_init(None, None, data), data, max_iter=options.max_iter,
-                 tol=options.tol)
-    beta, chol_prec = _linear_cm_step(data, result.state.lam)
-    p = beta.shape[0]
-    # Covariance factor L^{-T} of prec = L L^T: draws beta + L^{-T} z have covariance prec^{-1}.
-    cov = cho_solve((chol_prec, True), jnp.eye(p, dtype=beta.dtype))
-    chol_cov = jnp.linalg.cholesky(cov)
-    draws = mvn_draws(key, beta, chol_cov, options.num_draws)
+                      eps=jnp.asarray(options.eps), gram=dual.gram(setup.Z) if in_dual else None)
+    init, step = (linear_dual_init, linear_dual_step) if in_dual else (linear_init, linear_step)
+    result = run(step, init(None, None, data), data, max_iter=options.max_iter, tol=options.tol)
+    if in_dual:
+        q = _dual_cm_step(data, result.state.lam)
+        beta = dual.beta_mean(setup.Z, q)
+        cov = dual.beta_cov(setup.Z, q)
+        draws = np.asarray(dual.beta_draws(key, setup.Z, q, beta, options.num_draws))[None]
+        latent = Latent(linear_dual, options.intercept, dual.latent_arrays(setup.Z, q))
+    else:
+        beta, chol_prec = _linear_cm_step(data, result.state.lam)
+        p = beta.shape[0]
+        # Covariance factor L^{-T} of prec = L L^T: draws beta + L^{-T} z have covariance
+        # prec^{-1}.
+        cov = cho_solve((chol_prec, True), jnp.eye(p, dtype=beta.dtype))
+        draws = mvn_draws(key, beta, jnp.linalg.cholesky(cov), options.num_draws)
+        latent = Latent(linear_gaussian, options.intercept, LinearGaussian(beta, chol_prec))
     elapsed = time.perf_counter() - t0
 
     idata = beta_idata(problem, setup.features, draws, beta, cov, method="ecm",
                        stop_reason=result.stop_reason, lam_hat=result.state.lam)
-    latent = Latent(linear_gaussian, options.intercept, LinearGaussian(beta, chol_prec))
     return Approximation.from_run(
         result, idata=idata, predictor=_predictor(latent, options), seconds=elapsed,
         trace={"objective": result.infos.objective},

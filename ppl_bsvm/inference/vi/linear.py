@@ -13,7 +13,12 @@ Coordinate ascent (``method="vi"``), paper eq. 14 with ``z_i = y_i x_i``:
     \alpha_i = (1 - z_i^\top \mu)^2 + z_i^\top \zeta z_i .
 
 Each sweep is exact maximisation of the ELBO in one block, so the ELBO (recorded after every
-sweep, in its collapsed form, ``elbo.py``) never decreases. ``learn_hyperparameters=True``
+sweep, in its collapsed form, ``elbo.py``) never decreases. With ``p > n`` (``form="auto"``)
+the sweep runs in the dual form of ``inference.dual`` (:func:`vi_dual_step`): ``q(beta)`` is
+the Gaussian of that module with noise ``nu = sqrt(alpha) / gamma`` and targets
+``t = 1 + sqrt(alpha)``, and every quantity of the sweep (the margins' moments, the KL, the
+prior scale's maximiser) comes from an ``n x n`` factorisation: ``O(n^3)`` per sweep instead of
+``O(n p^2 + p^3)``, the same iterates to rounding. ``learn_hyperparameters=True``
 adds the exact maximiser of the ELBO over the prior scale for fixed ``q``,
 ``s^2 = (tr zeta + mu^T mu) / p`` (the linear case of paper eq. 12 in closed form: only the KL
 depends on ``s``), so the ELBO still never decreases.
@@ -46,13 +51,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
+from ..._memory import linear_bytes
 from ...api import register
 from ...data import Problem
-from ...engine import Approximation, Draws, Iteration, LinearPrior, Link, Temperature
+from ...engine import (Approximation, Draws, Iteration, LinearForm, LinearPrior, Link,
+                       Temperature)
 from ...predictive import GaussianPredictor
 from ...result import Fit
+from .. import dual
 from .._common import LinearData, beta_idata, linear_setup, mvn_draws
-from ..latent import Latent, LinearGaussian, linear_gaussian
+from ..gaussian import NoisyFactor
+from ..latent import Latent, LinearGaussian, linear_dual, linear_gaussian
 from ..loop import relative_change, run
 from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
@@ -79,10 +88,13 @@ from .psis import linear_log_ratios, psis
 
 __all__ = [
     "LinearVIState",
+    "LinearVIDualState",
     "LinearSVIState",
     "LinearInfo",
     "vi_init",
     "vi_step",
+    "vi_dual_init",
+    "vi_dual_step",
     "svi_init",
     "linear_svi_step",
     "collapsed_elbo",
@@ -108,6 +120,33 @@ class LinearVIState(NamedTuple):
 
     mu: jnp.ndarray
     chol: jnp.ndarray
+    alpha: jnp.ndarray
+    log_prior_scale: jnp.ndarray
+    elbo: jnp.ndarray
+
+
+class LinearVIDualState(NamedTuple):
+    """State of batch coordinate ascent in dual form (``inference.dual``).
+
+    Attributes
+    ----------
+    a, chol, s : (n,), (n, n), (n,)
+        ``q(beta)``: the weights and the factor of ``K + N`` (``dual.DualQ``), ``K`` at the
+        prior scale ``log_scale_q``.
+    log_scale_q : ()
+        ``log s`` at which ``q(beta)`` was formed.
+    alpha : (n,)
+        Parameters of ``q(lam_i)``, optimal for the current ``q(beta)``.
+    log_prior_scale : ()
+        ``log s`` after the sweep (differs from ``log_scale_q`` when it is learned).
+    elbo : ()
+        Collapsed ELBO at the current state.
+    """
+
+    a: jnp.ndarray
+    chol: jnp.ndarray
+    s: jnp.ndarray
+    log_scale_q: jnp.ndarray
     alpha: jnp.ndarray
     log_prior_scale: jnp.ndarray
     elbo: jnp.ndarray
@@ -216,6 +255,41 @@ def vi_step(_static, _key, state: LinearVIState, data: LinearData):
 
 
 
+def _dual_q(data: LinearData, alpha, log_s) -> dual.DualQ:
+    """Paper eq. 14 in dual form: ``q(beta)`` given ``alpha`` (``inference.dual``)."""
+    root = jnp.sqrt(alpha)
+    return dual.dual_q(data.gram, jnp.exp(2.0 * log_s), root / data.gamma, 1.0 + root)
+
+
+def vi_dual_init(_static, _key, data: LinearData, start=None) -> LinearVIDualState:
+    """Start from ``q(beta)`` = the prior (:func:`vi_init` in dual form: ``a = 0``, the
+    factor of ``K + N`` with ``N^{-1} = 0``)."""
+    n = data.Z.shape[0]
+    dtype = data.Z.dtype
+    log_s = jnp.log(data.prior_scale)
+    m, v = jnp.zeros(n, dtype), jnp.exp(2.0 * log_s) * jnp.diagonal(data.gram)
+    alpha = elbo_mod.optimal_alpha(m, v, MARGIN_LABEL)
+    value = jnp.sum(elbo_mod.collapsed_data_term(m, v, MARGIN_LABEL, data.gamma))
+    zeros = jnp.zeros(n, dtype)
+    return LinearVIDualState(zeros, jnp.eye(n, dtype=dtype), zeros, log_s, alpha, log_s, value)
+
+
+def vi_dual_step(_static, _key, state: LinearVIDualState, data: LinearData):
+    """One sweep of eq. 14 in dual form (:func:`vi_step`'s iterates to rounding)."""
+    p = data.Z.shape[1]
+    log_q = state.log_prior_scale
+    q = _dual_q(data, state.alpha, log_q)
+    log_s = jnp.where(data.learn, log_q + 0.5 * jnp.log(dual.second_moment(q, p) / p), log_q)
+    m, v = dual.margins(q)
+    alpha = elbo_mod.optimal_alpha(m, v, MARGIN_LABEL)
+    value = (jnp.sum(elbo_mod.collapsed_data_term(m, v, MARGIN_LABEL, data.gamma))
+             - dual.kl(q, p, log_q, log_s))
+    info = LinearInfo(
+        value, relative_change(value, state.elbo), jnp.exp(log_s), jnp.ones((), value.dtype), value
+    )
+    return LinearVIDualState(q.a, q.fac.chol, q.fac.s, log_q, alpha, log_s, value), info
+
+
 # --- stochastic VI ------------------------------------------------------------------------
 
 
@@ -289,7 +363,8 @@ def linear_svi_step(static: SVIStatic, key, state: LinearSVIState, data: LinearD
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LinearVIOptions(LinearPrior, Temperature, Learn, LinearResponse, Iteration, Draws, Link):
+class LinearVIOptions(LinearPrior, LinearForm, Temperature, Learn, LinearResponse, Iteration,
+                      Draws, Link):
     """Options of ``fit(model="linear", method="vi")`` (see :func:`linear_vi`)."""
 
     max_iter: int = 1000
@@ -305,10 +380,12 @@ class LinearSVIOptions(LinearPrior, Temperature, Stochastic, Learn, HyperEvery, 
     tol: float = 1e-5
 
 
-def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None) -> LinearData:
+def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None,
+          with_gram=False) -> LinearData:
     return LinearData(
         setup.Z, jnp.asarray(prior_scale), jnp.asarray(gamma), learn=jnp.asarray(learn),
         scale=jnp.asarray(float(scale)), period=jnp.asarray(period, jnp.int32), order=order,
+        gram=dual.gram(setup.Z) if with_gram else None,
     )
 
 
@@ -342,6 +419,7 @@ def _psis(data: LinearData, log_s, mu, cov, draws) -> dict:
 
 def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, method,
                    elapsed, extra_trace, resolved) -> Approximation:
+    """The Fit's pieces from ``q(beta) = N(mu, (L L^T)^{-1})`` (primal form)."""
     value, alpha = collapsed_elbo(data, mu, chol, log_s)
     factor = cov_factor(chol)
     cov = mean_field = factor @ factor.T
@@ -355,22 +433,42 @@ def _approximation(problem, setup, data, mu, chol, log_s, key, options, result, 
             chol = jnp.linalg.cholesky(jnp.linalg.inv(jnp.asarray(cov)))
         timings = {"linear_response": time.perf_counter() - t0}
     draws = mvn_draws(key, mu, factor, options.num_draws)
-    intercept = setup.Z.shape[1] == problem.d + 1
+    latent = Latent(linear_gaussian, options.intercept, LinearGaussian(mu, chol))
     extra = {"beta_cov_mean_field": mean_field} if options.linear_response else {}
     extra.update(_psis(data, log_s, mu, cov, draws[0]))
+    return _finish(problem, setup, options, result, method, elapsed, extra_trace, resolved,
+                   draws, mu, cov, latent, alpha, log_s, value, timings=timings,
+                   covariance=status, **extra)
+
+
+def _dual_approximation(problem, setup, data, st: LinearVIDualState, key, options, result,
+                        elapsed, extra_trace) -> Approximation:
+    """The Fit's pieces from the dual state: ``q(beta)``'s mean, covariance and draws from
+    ``n x n`` factors (``inference.dual``); the ELBO and ``alpha`` are the state's. No PSIS
+    diagnostic: importance sampling in more dimensions than points has no useful k-hat."""
+    q = dual.DualQ(NoisyFactor(st.chol, st.s), st.a, None, jnp.exp(2.0 * st.log_scale_q))
+    mu = dual.beta_mean(setup.Z, q)
+    draws = np.asarray(dual.beta_draws(key, setup.Z, q, mu, options.num_draws))[None]
+    latent = Latent(linear_dual, options.intercept, dual.latent_arrays(setup.Z, q))
+    return _finish(problem, setup, options, result, "vi", elapsed, extra_trace, {}, draws, mu,
+                   dual.beta_cov(setup.Z, q), latent, st.alpha, st.log_prior_scale, st.elbo)
+
+
+def _finish(problem, setup, options, result, method, elapsed, extra_trace, resolved, draws,
+            mu, cov, latent, alpha, log_s, value, timings=None, **extra) -> Approximation:
     idata = beta_idata(problem, setup.features, draws, mu, cov, method=method,
                        stop_reason=result.stop_reason, alpha=alpha, prior_scale=jnp.exp(log_s),
-                       elbo=value, covariance=status, **extra)
-    latent = Latent(linear_gaussian, intercept, LinearGaussian(mu, chol))
+                       elbo=value, **extra)
     return Approximation.from_run(
         result, idata=idata,
         predictor=GaussianPredictor(latent, link=options.link, gamma=options.gamma),
-        seconds=elapsed, trace=extra_trace, options=resolved, timings=timings,
+        seconds=elapsed, trace=extra_trace, options=resolved, timings=timings or {},
         checkpoint=result if method == "svi" else None,
     )
 
 
-@register("vi", ("linear",), options=LinearVIOptions, uses_kernel=False)
+@register("vi", ("linear",), options=LinearVIOptions, uses_kernel=False,
+          memory=linear_bytes(5, dual=dual.in_dual))
 def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximation:
     """Mean-field VI for the linear Bayesian SVM by coordinate ascent (Wenzel et al. eq. 14).
 
@@ -384,6 +482,9 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
         Pseudo-likelihood temperature.
     learn_hyperparameters : bool, default=False
         Maximise the ELBO over ``prior_scale`` too (closed form, see the module docstring).
+    form : {"auto", "primal", "dual"}, default="auto"
+        Solve in ``p x p`` (primal) or ``n x n`` (dual, Woodbury) form; ``"auto"``: dual
+        when there are more coefficients ``p`` than points ``n`` (module docstring).
     max_iter : int, default=1000
     tol : float, default=1e-10
         Stop when the relative change of the ELBO between sweeps is below this.
@@ -404,9 +505,18 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
     """
     t0 = time.perf_counter()
     setup = linear_setup(problem, options.intercept)
-    data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters)
-    state = vi_init(None, None, data)
-    result = run(vi_step, state, data, max_iter=options.max_iter, tol=options.tol)
+    in_dual = dual.use_dual(options.form, *setup.Z.shape)
+    if in_dual and options.linear_response:
+        n, p = setup.Z.shape
+        raise ValueError(
+            f"linear_response=True differentiates the primal (p x p) fixed point, p + p(p+1)/2 "
+            f"unknowns; with p={p} coefficients and n={n} points the fit runs in dual form. "
+            "Pass form='primal' to have both, or leave linear_response off"
+        )
+    data = _data(setup, options.prior_scale, options.gamma, options.learn_hyperparameters,
+                 with_gram=in_dual)
+    init, step = (vi_dual_init, vi_dual_step) if in_dual else (vi_init, vi_step)
+    result = run(step, init(None, None, data), data, max_iter=options.max_iter, tol=options.tol)
     st = result.state
     elapsed = time.perf_counter() - t0
     trace = {
@@ -414,11 +524,15 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
         "elbo_step": np.arange(1, result.n_iter + 1),
         "prior_scale": result.infos.prior_scale,
     }
+    if in_dual:
+        return _dual_approximation(problem, setup, data, st, key, options, result, elapsed,
+                                   trace)
     return _approximation(problem, setup, data, st.mu, st.chol, st.log_prior_scale, key, options,
                           result, "vi", elapsed, trace, {})
 
 
-@register("svi", ("linear",), options=LinearSVIOptions, uses_kernel=False, budget="max_iter")
+@register("svi", ("linear",), options=LinearSVIOptions, uses_kernel=False, budget="max_iter",
+          memory=linear_bytes(7))
 def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
                resume: Fit | None = None) -> Approximation:
     """Stochastic VI for the linear Bayesian SVM: minibatches of alpha, natural-gradient steps.

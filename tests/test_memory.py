@@ -1,0 +1,92 @@
+"""Memory estimates before a fit (``ppl_bsvm._memory``): every linear engine refuses, before
+any work, a fit whose ``p x p`` matrices cannot fit, naming the estimate and what scales;
+``check_memory=False`` lets a user go ahead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ppl_bsvm
+from ppl_bsvm import _memory
+from ppl_bsvm.api import get_engine
+
+LINEAR = ["vi", "ecm", "svi", "gibbs", "nuts"]
+
+pytestmark = pytest.mark.filterwarnings("ignore::ppl_bsvm.ConvergenceWarning")
+
+
+class Huge:
+    """Only its shape is read before the memory check."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("X was converted before the memory check")
+
+
+@pytest.mark.parametrize("method", LINEAR)
+def test_linear_engines_refuse_before_any_work_what_cannot_fit(monkeypatch, method):
+    """50 points with 10^6 features: at least one 10^6 x 10^6 matrix (8 TB)."""
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 4 * 10**9)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError,
+                       match=r"\(50, 1000000\) needs about .* [GT]B .*p = d \+ 1 coeff.*"
+                             r"method='svgp' \(SVGP\).*'bcsvm'.*check_memory=False"):
+        ppl_bsvm.fit(Huge((50, 1_000_000)), np.ones(50), model="linear", method=method)
+
+
+def test_every_linear_and_dense_engine_estimates_its_memory():
+    """Every engine of the linear model, and every GP engine forming n x n matrices, declares
+    an estimate, which grows with p^2 (linear) or n^2 (dense)."""
+    for model, method, _ in ppl_bsvm.list_methods():
+        engine = get_engine(model, method)
+        if model == "linear" or model == "gp" and method in (
+                "vi", "ecm", "gibbs", "nuts", "gpc", "gpc_sklearn", "platt", "rvm"):
+            assert engine.memory is not None, (model, method)
+            options = {**engine.options().as_dict(), "dense_mass": True, "num_draws": 1,
+                       "num_samples": 1}
+            small, large = engine.memory(100, 100, options), engine.memory(1000, 1000, options)
+            assert large > 50 * small, (model, method)
+
+
+@pytest.mark.parametrize("method", ["vi", "ecm"])
+def test_the_dual_form_is_what_makes_many_features_fit(monkeypatch, method):
+    """p = 10^4 + 1 coefficients, n = 50: the primal form's five p x p matrices (4 GB) do not
+    fit in 3 GB; the dual form (three: the covariance returned, a product and the Fit's copy)
+    does, and the check passes on to converting X. The error for form='primal' points to
+    form='auto'."""
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 3 * 10**9)
+    X = Huge((50, 10_000))
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError, match="form='auto' solves in n x n"):
+        ppl_bsvm.fit(X, np.ones(50), model="linear", method=method, form="primal")
+    with pytest.raises(ValueError, match="X was converted before the memory check"):
+        ppl_bsvm.fit(X, np.ones(50), model="linear", method=method)
+
+
+def test_gibbs_estimate_counts_its_line_moves(monkeypatch):
+    engine = get_engine("linear", "gibbs")
+    options = engine.options().as_dict()
+    learned = engine.memory(50, 5000, options)
+    none = engine.memory(50, 5000, {**options, "directions": 0})
+    # "all" learns p directions per chain: a p x p window and two k x p arrays more, 4 chains.
+    assert learned - none == pytest.approx(4 * 3 * 5001**2 * 8, rel=0.01)
+
+
+def test_check_memory_false_lets_a_user_go_ahead(monkeypatch, toy2d):
+    X, y = toy2d
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 1)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError, match="only 1 B is available"):
+        ppl_bsvm.fit(X, y, model="linear", method="vi", max_iter=5)
+    fit = ppl_bsvm.fit(X, y, model="linear", method="vi", max_iter=5, check_memory=False)
+    assert np.all(np.isfinite(fit.predict_proba(X)))
+    with pytest.raises(ValueError, match="check_memory must be True or False"):
+        ppl_bsvm.fit(X, y, model="linear", method="vi", check_memory="no")
+
+
+def test_dense_engines_name_every_scalable_alternative(monkeypatch):
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 4 * 10**9)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError,
+                       match=r"n x n matrices; for large n use method='svi' \(S-BSVM.*"
+                             r"method='svgp' \(SVGP\) or method='bcsvm' \(BC-SVM\)"):
+        ppl_bsvm.fit(Huge((10**6, 3)), np.ones(3), model="gp", method="gpc")

@@ -39,7 +39,7 @@ def test_linear_engines_refuse_before_any_work_what_cannot_fit(monkeypatch, meth
 def test_every_linear_and_dense_engine_estimates_its_memory():
     """Every engine of the linear model, and every GP engine forming n x n matrices, declares
     an estimate, which grows with p^2 (linear) or n^2 (dense)."""
-    for model, method, _ in ppl_bsvm.list_methods():
+    for model, method, _ in ppl_bsvm.list_methods().itertuples(index=False):
         engine = get_engine(model, method)
         if model == "linear" or model == "gp" and method in (
                 "vi", "ecm", "gibbs", "nuts", "gpc", "gpc_sklearn", "platt", "rvm"):

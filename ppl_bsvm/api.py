@@ -524,7 +524,11 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
         result = _make_fit(engine, approx, kernel, config, shared, previous, start)
         last = every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total
         if last:  # the groups per observation: not in the intermediate checkpoints' saves
+            t0 = time.perf_counter()
             _pointwise.attach(result, problem.X, problem.y)
+            seconds = time.perf_counter() - t0
+            result.timings["pointwise"] = seconds
+            result.timings["total"] += seconds
         if checkpoint is not None:
             result.save(checkpoint, overwrite=True)
         if last:

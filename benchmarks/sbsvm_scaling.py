@@ -12,8 +12,9 @@ period and k-means subsample all follow from ``n``).
 Each fit runs in a new Python process, twice: first with the persistent compilation cache as
 the earlier sizes left it (the programs for this size compiled: the time a user waits the first
 time), then again in another new process (the programs loaded from the cache). Time is the
-whole ``fit`` call: inducing points, the SVI run with its hyperparameter steps, the final pass
-for the marginals of q(f). Peak memory is the process's ``ru_maxrss``.
+whole ``fit`` call as the caller waits for it (wall clock around the call): inducing points, the
+SVI run with its hyperparameter steps, the final pass for the marginals of q(f), the ``Fit``'s
+assembly. Peak memory is the process's ``ru_maxrss``.
 
 References on the same split, each in its own process: scikit-learn's
 ``HistGradientBoostingClassifier`` (default settings) and ``LogisticRegression`` (lbfgs), and
@@ -68,8 +69,10 @@ def run_sbsvm(n: int, options: dict) -> dict:
     t0 = time.perf_counter()
     X, y, X_test, y_test = _data(n)
     t_data = time.perf_counter() - t0
+    t_fit = time.perf_counter()
     fit = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=M,
                        learn_hyperparameters=True, seed=0, **options)
+    t_fit = time.perf_counter() - t_fit
     t_pred = time.perf_counter()
     p = fit.predict_proba(X_test)
     t_pred = time.perf_counter() - t_pred
@@ -81,7 +84,8 @@ def run_sbsvm(n: int, options: dict) -> dict:
         "steps": fit.n_iter,
         "epochs": fit.n_iter * batch / n,
         "stop_reason": fit.stop_reason,
-        "time_fit_s": fit.timings["total"],
+        "time_fit_s": t_fit,  # the whole call, as the user waits for it
+        "time_fit_timings_s": fit.timings["total"],
         "time_inducing_s": fit.timings.get("inducing", float("nan")),
         "time_data_s": t_data,
         "time_predict_s": t_pred,

@@ -36,18 +36,38 @@ def test_linear_engines_refuse_before_any_work_what_cannot_fit(monkeypatch, meth
         ppl_bsvm.fit(Huge((50, 1_000_000)), np.ones(50), model="linear", method=method)
 
 
-def test_every_linear_and_dense_engine_estimates_its_memory():
-    """Every engine of the linear model, and every GP engine forming n x n matrices, declares
-    an estimate, which grows with p^2 (linear) or n^2 (dense)."""
+def test_every_engine_estimates_its_memory():
+    """Every registered engine declares an estimate. The linear model's grow with p^2, the GP
+    engines forming n x n matrices with n^2; the scalable ones (S-BSVM, SVGP, BC-SVM, sparse
+    NUTS) at most linearly in n, and with the option that bounds them."""
+    scalable = {("gp", "svi"), ("sparse_gp", "svi"), ("gp", "svgp"), ("sparse_gp", "svgp"),
+                ("gp", "bcsvm"), ("sparse_gp", "nuts")}
     for model, method, _ in ppl_bsvm.list_methods().itertuples(index=False):
         engine = get_engine(model, method)
-        if model == "linear" or model == "gp" and method in (
-                "vi", "ecm", "gibbs", "nuts", "gpc", "gpc_sklearn", "platt", "rvm"):
-            assert engine.memory is not None, (model, method)
-            options = {**engine.options().as_dict(), "dense_mass": True, "num_draws": 1,
-                       "num_samples": 1}
+        assert engine.memory is not None, (model, method)
+        options = {**engine.options().as_dict(), "dense_mass": True, "num_draws": 1,
+                   "num_samples": 1}
+        if (model, method) in scalable:
+            small, large = engine.memory(10**4, 10, options), engine.memory(10**5, 10, options)
+            assert large <= 15 * small, (model, method)
+            if method != "svi":  # S-BSVM's memory does not grow with n at all
+                assert large >= 5 * small, (model, method)
+        else:
             small, large = engine.memory(100, 100, options), engine.memory(1000, 1000, options)
             assert large > 50 * small, (model, method)
+    n = 10**5
+    svgp, bcsvm = get_engine("gp", "svgp").memory, get_engine("gp", "bcsvm").memory
+    assert svgp(n, 10, {"batch_size": 1000}) < svgp(n, 10, {}) / 20
+    assert bcsvm(n, 10, {"module_size": 100}) < bcsvm(n, 10, {"module_size": 1000}) / 5
+
+
+def test_scalable_engines_name_the_option_that_bounds_them(monkeypatch):
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 10**9)
+    for method, option in [("svgp", "batch_size"), ("bcsvm", "module_size")]:
+        with pytest.raises(ppl_bsvm.InsufficientMemoryError, match=f"pass .*{option}"):
+            ppl_bsvm.fit(Huge((10**7, 3)), np.ones(3), model="gp", method=method)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError, match="smaller num_inducing"):
+        ppl_bsvm.fit(Huge((10**7, 3)), np.ones(3), model="sparse_gp", method="nuts")
 
 
 @pytest.mark.parametrize("method", ["vi", "ecm"])

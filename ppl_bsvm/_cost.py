@@ -85,7 +85,7 @@ def check_time(what: str, flops: float, hint: str = "", *, stacklevel: int = 2) 
     if seconds <= WARN_SECONDS:
         return
     warnings.warn(
-        f"{what} will take about {format_seconds(seconds)} (leading terms: {flops:.2g} "
+        f"{what} may take about {format_seconds(seconds)} (leading terms: {flops:.2g} "
         f"floating-point operations at {RATE / 1e9:g} GFLOP/s){'; ' + hint if hint else ''}. "
         "The fit goes ahead; silence this with "
         "warnings.simplefilter('ignore', ppl_bsvm.SlowFitWarning)",

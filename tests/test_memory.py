@@ -122,7 +122,7 @@ def test_slow_linear_fits_warn_before_any_work(monkeypatch, method):
     line, and the fit goes ahead (here: on to converting X)."""
     monkeypatch.setattr(_memory, "available_bytes", lambda: None)
     with pytest.warns(ppl_bsvm.SlowFitWarning,
-                      match=r"\(50, 5000\) will take about [0-9.]+ (minutes|hours).*"
+                      match=r"\(50, 5000\) may take about [0-9.]+ (minutes|hours).*"
                             r"p x p precision.*method='vi' or 'ecm'.*kernel='linear'.*"
                             r"simplefilter\('ignore', ppl_bsvm.SlowFitWarning\)") as record:
         with pytest.raises(ValueError, match="X was converted before the memory check"):

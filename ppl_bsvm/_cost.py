@@ -25,12 +25,13 @@ __all__ = ["RATE", "WARN_SECONDS", "SlowFitWarning", "cholesky", "check_time", "
 
 RATE = 2e10
 """Float64 operations per second assumed for the estimate: 20 GFLOP/s, chosen from
-``reports/slow_fit`` (a shared 2-core development machine, load average 3.4-4.1): one-thread
-numpy Cholesky reached 10-30 GFLOP/s at ``p = 1000-2000``; the linear Gibbs sampler's sweeps ran
-at 10-12 GFLOP/s and linear SVI's steps at 3.2 GFLOP/s effective on the leading terms counted
-here (SVI's ``4 p^3 / 3``: 13 GFLOP/s). So on that machine the estimate is about half the real
-time: it errs towards not warning. On a large workstation or a GPU a fit is faster than
-estimated, and the warning may be needed less."""
+``reports/slow_fit`` (a shared 2-core development machine, load average 4-6, fits with a few
+sweeps or steps at ``n = 50``, ``d = 1000-2000``): one-thread numpy Cholesky reached 3.5-30
+GFLOP/s, XLA's 1.1-4.5; the linear Gibbs sampler ran at 5-12 GFLOP/s effective on the
+leading terms counted here, linear SVI at 5-8 (SVI's step time, from two ``max_iter``
+values, is 3.2 GFLOP/s on one ``p^3/3``, hence its ``4 p^3/3``). So on that machine the
+estimate is a half to a quarter of the real time: it errs towards not warning. On a large
+workstation or a GPU a fit is faster than there, and the estimate closer."""
 
 WARN_SECONDS = 60.0
 """Warn when the estimate exceeds this many seconds."""

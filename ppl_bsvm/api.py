@@ -25,7 +25,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from . import _memory, _pointwise, _progress, _store
+from . import _cost, _memory, _pointwise, _progress, _store
 from ._checks import positive_int
 from ._jax import as_key
 from ._runtime import entry_point
@@ -60,6 +60,7 @@ class Engine(NamedTuple):
     budget: str | None  # the option that counts iterations, for engines that can resume
     options: type[Options]
     memory: Callable | None = None  # (n, d, options) -> working bytes, see _memory
+    flops: Callable | None = None  # (n, d, options) -> leading-term flops, see _cost
 
     @property
     def where(self) -> str:
@@ -71,7 +72,8 @@ _loaded = False
 
 
 def register(method: str, models, *, options: type[Options], uses_kernel: bool = True,
-             budget: str | None = None, memory: Callable | None = None):
+             budget: str | None = None, memory: Callable | None = None,
+             flops: Callable | None = None):
     """Decorator registering an engine for ``method`` under each of ``models``.
 
     ``options`` is the engine's options class (:class:`ppl_bsvm.engine.Options`). The
@@ -80,7 +82,9 @@ def register(method: str, models, *, options: type[Options], uses_kernel: bool =
     ``"num_samples"``) when the engine can resume: it then takes a keyword ``resume`` (an
     earlier ``Fit`` of the same engine, or None) and continues that fit's ``checkpoint``.
     ``memory(n, d, options)`` estimates the engine's working memory in bytes beyond the
-    inputs (``_memory``), so that a fit that cannot fit fails before it starts.
+    inputs (``_memory``), so that a fit that cannot fit fails before it starts;
+    ``flops(n, d, options)`` its leading-term operation count (``_cost``), so that a fit
+    estimated to take minutes warns before it starts.
     """
     models = (models,) if isinstance(models, str) else tuple(models)
     if budget is not None and budget not in options.names():
@@ -92,7 +96,7 @@ def register(method: str, models, *, options: type[Options], uses_kernel: bool =
             if model not in MODELS:
                 raise ValueError(f"unknown model {model!r} in register; valid: {MODELS}")
             _REGISTRY[(model, method)] = Engine(fn, method, model, uses_kernel, summary, budget,
-                                                options, memory)
+                                                options, memory, flops)
         return fn
 
     return decorate
@@ -279,6 +283,11 @@ def fit(
     ConvergenceWarning
         When an iterative engine stopped at ``max_iter`` before meeting its tolerance, or a
         sampler's chains disagree (R-hat).
+    SlowFitWarning
+        Before any work, when the engine's leading-term operation count predicts more than
+        about a minute (``ppl_bsvm._cost``; the linear engines at thousands of features); the
+        message names the faster choices. The fit goes ahead; silence it with
+        ``warnings.simplefilter("ignore", ppl_bsvm.SlowFitWarning)``.
 
     Examples
     --------
@@ -295,6 +304,7 @@ def fit(
         raise ValueError(f"check_memory must be True or False, got {check_memory!r}")
     if check_memory:
         _check_memory(engine, X, config)
+    _check_time(engine, X, config)
     problem = check_X_y(X, y, positive=positive)
     key = as_key(seed)
     progress_bar = _progress.check_progress_bar(progress_bar)
@@ -478,6 +488,22 @@ def _check_memory(engine, X, config: Options) -> None:
         method=engine.method, where=_memory_where(engine, n, d, config))
     _memory.check_fit(f"fit(model={engine.model!r}, method={engine.method!r})", n, d, working,
                       hint)
+
+
+def _check_time(engine, X, config: Options) -> None:
+    """Warn before any work when the fit is estimated to take minutes (``_cost.check_time``)."""
+    shape = getattr(X, "shape", None)
+    if engine.flops is None or shape is None or len(shape) != 2:
+        return
+    n, d = int(shape[0]), int(shape[1])
+    try:
+        flops = float(engine.flops(n, d, config.as_dict()))
+    except (TypeError, ValueError):
+        return  # invalid options: the engine's own checks name them
+    _cost.check_time(f"fit(model={engine.model!r}, method={engine.method!r}) on X of shape "
+                     f"({n}, {d})", flops,
+                     getattr(engine.flops, "hint", "").format(method=engine.method),
+                     stacklevel=4)
 
 
 def _memory_where(engine, n: int, d: int, config: Options) -> str:

@@ -7,7 +7,8 @@ turns them into errors and ``"ignore"`` silences them.
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceWarning", "DivergenceWarning", "InsufficientMemoryError", "warn_max_iter"]
+__all__ = ["ConvergenceWarning", "DivergenceWarning", "InsufficientMemoryError", "SlowFitWarning",
+           "warn_max_iter"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -18,6 +19,12 @@ class ConvergenceWarning(UserWarning):
 
 class DivergenceWarning(UserWarning):
     """NUTS reported divergent transitions: the draws may be biased."""
+
+
+class SlowFitWarning(UserWarning):
+    """A fit is estimated, before any work, to take more than about a minute
+    (``ppl_bsvm._cost``); the message gives the estimate, what dominates it and the faster
+    choices. The fit goes ahead."""
 
 
 class InsufficientMemoryError(MemoryError, ValueError):

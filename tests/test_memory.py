@@ -36,18 +36,38 @@ def test_linear_engines_refuse_before_any_work_what_cannot_fit(monkeypatch, meth
         ppl_bsvm.fit(Huge((50, 1_000_000)), np.ones(50), model="linear", method=method)
 
 
-def test_every_linear_and_dense_engine_estimates_its_memory():
-    """Every engine of the linear model, and every GP engine forming n x n matrices, declares
-    an estimate, which grows with p^2 (linear) or n^2 (dense)."""
+def test_every_engine_estimates_its_memory():
+    """Every registered engine declares an estimate. The linear model's grow with p^2, the GP
+    engines forming n x n matrices with n^2; the scalable ones (S-BSVM, SVGP, BC-SVM, sparse
+    NUTS) at most linearly in n, and with the option that bounds them."""
+    scalable = {("gp", "svi"), ("sparse_gp", "svi"), ("gp", "svgp"), ("sparse_gp", "svgp"),
+                ("gp", "bcsvm"), ("sparse_gp", "nuts")}
     for model, method, _ in ppl_bsvm.list_methods().itertuples(index=False):
         engine = get_engine(model, method)
-        if model == "linear" or model == "gp" and method in (
-                "vi", "ecm", "gibbs", "nuts", "gpc", "gpc_sklearn", "platt", "rvm"):
-            assert engine.memory is not None, (model, method)
-            options = {**engine.options().as_dict(), "dense_mass": True, "num_draws": 1,
-                       "num_samples": 1}
+        assert engine.memory is not None, (model, method)
+        options = {**engine.options().as_dict(), "dense_mass": True, "num_draws": 1,
+                   "num_samples": 1}
+        if (model, method) in scalable:
+            small, large = engine.memory(10**4, 10, options), engine.memory(10**5, 10, options)
+            assert large <= 15 * small, (model, method)
+            if method != "svi":  # S-BSVM's memory does not grow with n at all
+                assert large >= 5 * small, (model, method)
+        else:
             small, large = engine.memory(100, 100, options), engine.memory(1000, 1000, options)
             assert large > 50 * small, (model, method)
+    n = 10**5
+    svgp, bcsvm = get_engine("gp", "svgp").memory, get_engine("gp", "bcsvm").memory
+    assert svgp(n, 10, {"batch_size": 1000}) < svgp(n, 10, {}) / 20
+    assert bcsvm(n, 10, {"module_size": 100}) < bcsvm(n, 10, {"module_size": 1000}) / 5
+
+
+def test_scalable_engines_name_the_option_that_bounds_them(monkeypatch):
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 10**9)
+    for method, option in [("svgp", "batch_size"), ("bcsvm", "module_size")]:
+        with pytest.raises(ppl_bsvm.InsufficientMemoryError, match=f"pass .*{option}"):
+            ppl_bsvm.fit(Huge((10**7, 3)), np.ones(3), model="gp", method=method)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError, match="smaller num_inducing"):
+        ppl_bsvm.fit(Huge((10**7, 3)), np.ones(3), model="sparse_gp", method="nuts")
 
 
 @pytest.mark.parametrize("method", ["vi", "ecm"])
@@ -90,3 +110,60 @@ def test_dense_engines_name_every_scalable_alternative(monkeypatch):
                        match=r"n x n matrices; for large n use method='svi' \(S-BSVM.*"
                              r"method='svgp' \(SVGP\) or method='bcsvm' \(BC-SVM\)"):
         ppl_bsvm.fit(Huge((10**6, 3)), np.ones(3), model="gp", method="gpc")
+
+
+# --- time: SlowFitWarning (ppl_bsvm._cost) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["gibbs", "svi"])
+def test_slow_linear_fits_warn_before_any_work(monkeypatch, method):
+    """The issue's case, d = 5,000 features and n = 50 points: the warning gives the estimate,
+    what dominates and the faster choices, comes before X is converted, points at the caller's
+    line, and the fit goes ahead (here: on to converting X)."""
+    monkeypatch.setattr(_memory, "available_bytes", lambda: None)
+    with pytest.warns(ppl_bsvm.SlowFitWarning,
+                      match=r"\(50, 5000\) may take about [0-9.]+ (minutes|hours).*"
+                            r"p x p precision.*method='vi' or 'ecm'.*kernel='linear'.*"
+                            r"simplefilter\('ignore', ppl_bsvm.SlowFitWarning\)") as record:
+        with pytest.raises(ValueError, match="X was converted before the memory check"):
+            ppl_bsvm.fit(Huge((50, 5000)), np.ones(50), model="linear", method=method)
+    assert [w.filename for w in record] == [__file__]
+
+
+def test_slow_fit_warning_filters(monkeypatch):
+    """"error" stops the fit before any work; "ignore" lets it go ahead silently."""
+    import warnings
+
+    monkeypatch.setattr(_memory, "available_bytes", lambda: None)
+    X = Huge((50, 5000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ppl_bsvm.SlowFitWarning)
+        with pytest.raises(ppl_bsvm.SlowFitWarning):
+            ppl_bsvm.fit(X, np.ones(50), model="linear", method="gibbs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ppl_bsvm.SlowFitWarning)
+        with pytest.raises(ValueError, match="X was converted before the memory check"):
+            ppl_bsvm.fit(X, np.ones(50), model="linear", method="gibbs")
+
+
+def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
+    """Linear Gibbs: chains x (warmup + samples) sweeps of p^3/3 + n p^2. No engine warns on
+    Heart (270 x 13) with its defaults."""
+    from ppl_bsvm import _cost
+
+    gibbs = get_engine("linear", "gibbs")
+    p = 5001
+    assert gibbs.flops(50, 5000, gibbs.options().as_dict()) == pytest.approx(
+        4 * 2000 * (p**3 / 3 + 50 * p**2))
+    assert gibbs.flops(50, 5000, {"num_chains": 1, "num_warmup": 0, "num_samples": 1,
+                                  "intercept": False}) == pytest.approx(5000**3 / 3 + 50 * 5000**2)
+    X, _ = ppl_bsvm.datasets.load("heart")
+    n, d = X.shape
+    estimated = []
+    for model, method, _ in ppl_bsvm.list_methods().itertuples(index=False):
+        engine = get_engine(model, method)
+        if engine.flops is not None:
+            estimated.append((model, method))
+            assert engine.flops(n, d, engine.options().as_dict()) / _cost.RATE < 1.0
+    assert {("linear", "gibbs"), ("linear", "svi")} <= set(estimated)

@@ -96,6 +96,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._checks import one_of, positive_float, positive_int
+from .._memory import FLOAT
 from ..api import register
 from .._serial import latent_family
 from ..data import Problem
@@ -441,7 +442,20 @@ class BCSVMOptions(Iteration, Jitter, BaselineLink):
         one_of("combine", self.combine, COMBINES)
 
 
-@register("bcsvm", ("gp",), options=BCSVMOptions)
+def _memory(n: int, d: int, options: dict) -> int:
+    """Working bytes (``_memory``): ``M = ceil(n / module_size)`` modules of ``s = ceil(n / M)``
+    points, each with about five ``s x s`` matrices (its kernel matrix, the Newton step's
+    system and factor, the support vectors' factor kept for prediction, a product), and the
+    modules' copy of the inputs (``n x d``): ``O(n module_size)``, linear in ``n``."""
+    modules = max(1, math.ceil(n / int(options.get("module_size", 200))))
+    size = math.ceil(n / modules)
+    return FLOAT * (5 * modules * size * size + modules * size * (d + 4))
+
+
+_memory.hint = "the memory of method={method!r} grows as n x module_size: pass a smaller module_size"
+
+
+@register("bcsvm", ("gp",), options=BCSVMOptions, memory=_memory)
 def bcsvm(problem: Problem, options: BCSVMOptions, *, key, kernel: Kernel) -> Approximation:
     """Bayesian committee SVM (Schwaighofer & Tresp 2001): 2-norm SVM modules + BCM.
 

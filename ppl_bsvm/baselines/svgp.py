@@ -58,6 +58,7 @@ from jax.scipy.linalg import cho_solve
 
 from .._checks import boolean, nonnegative_float, one_of, positive_float, positive_int
 from .._idata import make_idata
+from .._memory import FLOAT
 from .._serial import latent_family
 from ..api import register
 from ..data import Problem, check_X
@@ -289,7 +290,33 @@ class SVGPOptions(Iteration, Jitter, Draws, Likelihood):
         self._set("num_quadrature", positive_int("num_quadrature", self.num_quadrature))
 
 
-@register("svgp", ("gp", "sparse_gp"), options=SVGPOptions)
+def _memory(n: int, d: int, options: dict) -> int:
+    """Working bytes (``_memory``): per step, for a batch of ``b`` rows (default all ``n``), the
+    projection and cross-covariance (``b x m`` each, and as many again for their gradients
+    and the products of the step) and the quadrature's ``b x Q`` values; about 16 ``m x m``
+    matrices (``Kmm``, its factor, ``eta2``, ``Sigma``, the targets, Adam's moments); the
+    ``num_draws`` stored draws of ``u``."""
+    m = _num_inducing(n, options)
+    b = min(n, int(options.get("batch_size") or n))
+    q = int(options.get("num_quadrature", 20))
+    return FLOAT * (b * (6 * m + 4 * q) + 16 * m * m + int(options.get("num_draws", 1000)) * m)
+
+
+_memory.hint = ("method={method!r} forms b x m matrices for a batch of b points (default all "
+                "n) and m inducing points: pass batch_size (minibatches) or a smaller "
+                "num_inducing")
+
+
+def _num_inducing(n: int, options: dict) -> int:
+    """``m``: the rows of ``inducing_points`` when given, else ``num_inducing`` (default
+    ``min(100, n)``)."""
+    Z = options.get("inducing_points")
+    if Z is not None and hasattr(Z, "__len__"):
+        return len(Z)
+    return int(options.get("num_inducing") or min(100, n))
+
+
+@register("svgp", ("gp", "sparse_gp"), options=SVGPOptions, memory=_memory)
 def svgp(problem: Problem, options: SVGPOptions, *, key, kernel: Kernel) -> Approximation:
     """SVGP (Hensman et al. 2015): sparse variational GP classifier, natural gradients on q(u).
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from ... import models
 from ..._checks import boolean, open_interval
+from ..._cost import linear_flops, sweeps
 from ..._memory import dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
@@ -176,7 +177,8 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
 
 
 @register("gibbs", ("linear",), options=GibbsLinearOptions, uses_kernel=False,
-          budget="num_samples", memory=linear_bytes(0, _linear_chain_bytes))
+          budget="num_samples", memory=linear_bytes(0, _linear_chain_bytes),
+          flops=linear_flops(sweeps, lambda n, options: n, "each sweep of each chain"))
 def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
                  resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Polson & Scott 2011) for the linear Bayesian SVM.

@@ -25,7 +25,7 @@ from numpyro.infer import NUTS
 
 from ... import models
 from ..._checks import boolean, positive_float, positive_int
-from ..._memory import dense_bytes, linear_bytes
+from ..._memory import FLOAT, dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -412,7 +412,26 @@ def _inducing_locations(problem, inducing, num_inducing, key):
     return Z
 
 
-@register("nuts", ("sparse_gp",), options=NUTSSparseGPOptions, budget="num_samples")
+def _sparse_memory(n: int, d: int, options: dict) -> int:
+    """Working bytes of :func:`nuts_sparse_gp` (``_memory``): each chain's ``n x m``
+    projection and cross-covariance (and as many for the gradient), ``m x m`` factors and
+    mass matrix, and the kept draws of ``u`` (and of ``lam`` with ``store_lam``)."""
+    inducing = options.get("inducing")
+    m = (int(options.get("num_inducing", 64)) if isinstance(inducing, str) or inducing is None
+         else len(inducing))
+    chains = int(options.get("num_chains", 4))
+    draws = chains * int(options.get("num_samples", 1000)) * (
+        m + (n if options.get("store_lam") else 0))
+    return FLOAT * (chains * (4 * n * m + 4 * m * m) + draws)
+
+
+_sparse_memory.hint = ("method={method!r} keeps n x m matrices per chain for m inducing "
+                       "points: pass a smaller num_inducing, or use method='svi' or 'svgp' "
+                       "with batch_size")
+
+
+@register("nuts", ("sparse_gp",), options=NUTSSparseGPOptions, budget="num_samples",
+          memory=_sparse_memory)
 def nuts_sparse_gp(problem: Problem, options: NUTSSparseGPOptions, *, key, kernel: Kernel,
                    resume: Fit | None = None) -> Approximation:
     """NUTS on the sparse GP Bayesian SVM (inducing values u, f integrated out exactly).

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
+from ..._cost import linear_flops
 from ..._memory import linear_bytes
 from ...api import register
 from ...data import Problem
@@ -532,7 +533,12 @@ def linear_vi(problem: Problem, options: LinearVIOptions, *, key) -> Approximati
 
 
 @register("svi", ("linear",), options=LinearSVIOptions, uses_kernel=False, budget="max_iter",
-          memory=linear_bytes(7))
+          memory=linear_bytes(7),
+          flops=linear_flops(lambda options: options.get("max_iter", 20000),
+                             lambda n, options: 2 * min(n, options.get("batch_size") or 100),
+                             "each of up to max_iter steps", cubic=4.0))
+# cubic: each step factorises the precision (p^3/3) and inverts the factor for the KL term
+# of the ELBO estimate (a triangular solve with p right-hand sides, p^3)
 def linear_svi(problem: Problem, options: LinearSVIOptions, *, key,
                resume: Fit | None = None) -> Approximation:
     """Stochastic VI for the linear Bayesian SVM: minibatches of alpha, natural-gradient steps.

@@ -1,0 +1,95 @@
+"""Time a fit will take, estimated before any work: a :class:`SlowFitWarning` for the slow ones.
+
+A linear engine at ``d = 5,000`` features factorises a ``p x p`` matrix (``p = d + 1``) at
+every sweep or step: the linear Gibbs sampler took 318 s, SVI over 15 minutes, without a
+word. Engines whose cost is easy to count declare it (``api.register(..., flops=)``): a
+function ``(n, d, options) -> float`` giving the leading-term floating-point operations of
+the whole run (for iterative engines with a tolerance, of ``max_iter`` iterations: an upper
+bound), with a ``hint`` naming what dominates and the faster choices. :func:`check_time`
+divides it by :data:`RATE` and warns when the result exceeds :data:`WARN_SECONDS`.
+
+The warning is a warning, never an error (the estimate counts leading terms only, and a slow
+fit may be what the user wants). ``warnings.simplefilter("ignore", ppl_bsvm.SlowFitWarning)``
+silences it (``warnings.catch_warnings()`` around one call); ``"error"`` turns it into an
+error that stops the fit before any work.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .exceptions import SlowFitWarning
+
+__all__ = ["RATE", "WARN_SECONDS", "SlowFitWarning", "cholesky", "check_time", "format_seconds",
+           "linear_flops", "sweeps"]
+
+RATE = 2e10
+"""Float64 operations per second assumed for the estimate: 20 GFLOP/s, chosen from
+``reports/slow_fit`` (a shared 2-core development machine, load average 4-6, fits with a few
+sweeps or steps at ``n = 50``, ``d = 1000-2000``): one-thread numpy Cholesky reached 3.5-30
+GFLOP/s, XLA's 1.1-4.5; the linear Gibbs sampler ran at 5-12 GFLOP/s effective on the
+leading terms counted here, linear SVI at 5-8 (SVI's step time, from two ``max_iter``
+values, is 3.2 GFLOP/s on one ``p^3/3``, hence its ``4 p^3/3``). So on that machine the
+estimate is a half to a quarter of the real time: it errs towards not warning. On a large
+workstation or a GPU a fit is faster than there, and the estimate closer."""
+
+WARN_SECONDS = 60.0
+"""Warn when the estimate exceeds this many seconds."""
+
+
+def cholesky(p: int) -> float:
+    """Flops of a ``p x p`` Cholesky factorisation (``p^3 / 3``)."""
+    return p**3 / 3.0
+
+
+LINEAR_HINT = (
+    "{unit} of method={method!r} factorises the p x p precision of the p = d + 1 coefficients "
+    "(p^3/3 operations, with an n p^2 product); with many features and few points use "
+    "method='vi' or 'ecm' (they solve in n x n dual form when p > n, in seconds), or "
+    "model='gp' with kernel='linear' (the same prior as a GP, O(n^3))"
+)
+
+
+def linear_flops(iterations, batch, unit: str, cubic: float = 1.0):
+    """A linear engine's ``flops`` estimate: ``iterations(options)`` iterations, each a product
+    with ``batch(n, options)`` rows of the design and ``cubic`` times a factorisation of the
+    ``p x p`` precision (``cubic p^3 / 3 + rows p^2``); ``unit`` names one iteration in the
+    hint."""
+
+    def flops(n: int, d: int, options: dict) -> float:
+        from ._memory import coefficients
+
+        p = coefficients(d, options)
+        return float(iterations(options)) * (cubic * cholesky(p) + batch(n, options) * p * p)
+
+    flops.hint = LINEAR_HINT.replace("{unit}", unit)
+    return flops
+
+
+def sweeps(options: dict) -> int:
+    """A sampler's iterations: ``num_chains (num_warmup + num_samples)``."""
+    return int(options.get("num_chains", 4)) * (
+        int(options.get("num_warmup", 1000)) + int(options.get("num_samples", 1000)))
+
+
+def format_seconds(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} minutes"
+    return f"{s / 3600:.1f} hours"
+
+
+def check_time(what: str, flops: float, hint: str = "", *, stacklevel: int = 2) -> None:
+    """``SlowFitWarning`` when ``flops`` at :data:`RATE` exceeds :data:`WARN_SECONDS`."""
+    seconds = flops / RATE
+    if seconds <= WARN_SECONDS:
+        return
+    warnings.warn(
+        f"{what} may take about {format_seconds(seconds)} (leading terms: {flops:.2g} "
+        f"floating-point operations at {RATE / 1e9:g} GFLOP/s){'; ' + hint if hint else ''}. "
+        "The fit goes ahead; silence this with "
+        "warnings.simplefilter('ignore', ppl_bsvm.SlowFitWarning)",
+        SlowFitWarning,
+        stacklevel=stacklevel + 1,
+    )

@@ -25,7 +25,7 @@ __all__ = ["RATE", "WARN_SECONDS", "SlowFitWarning", "cholesky", "check_time", "
 
 RATE = 2e10
 """Float64 operations per second assumed for the estimate: 20 GFLOP/s, chosen from
-``reports/slow_fit`` (a shared 2-core development machine, load average 4-6, fits with a few
+``reports/slow_fit`` (``python -m benchmarks.slow_fit_rate``) (a shared 2-core development machine, load average 4-6, fits with a few
 sweeps or steps at ``n = 50``, ``d = 1000-2000``): one-thread numpy Cholesky reached 3.5-30
 GFLOP/s, XLA's 1.1-4.5; the linear Gibbs sampler ran at 5-12 GFLOP/s effective on the
 leading terms counted here, linear SVI at 5-8 (SVI's step time, from two ``max_iter``

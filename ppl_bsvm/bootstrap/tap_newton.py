@@ -28,7 +28,9 @@ Each step of :func:`step` evaluates the sweep at one trial point (one factorisat
   :func:`tap.step`), always accepted;
 * below it, the trial point is the Newton point (``Lambda`` projected onto ``>= 0``, and
   ``lam`` onto ``<= 0`` for the hard margin), accepted only if its mismatch is smaller than
-  the current one; otherwise the next step is a damped sweep from the current point.
+  the current one; otherwise damped sweeps follow from the current point until the mismatch
+  has halved (Wisconsin at S/N = 2.5-3.5 has such a region, where Newton points fail many
+  times in a row).
 
 The iteration therefore never ends at a worse point than the damped one would, and it stops
 at a point whose own mismatch is below ``tol``, i.e. at the same fixed point as
@@ -107,6 +109,10 @@ class NewtonState(NamedTuple):
         Damping of the last damped sweep.
     rejected : () bool
         Whether the last Newton point was rejected (the next step is then a damped sweep).
+    threshold : ()
+        Mismatch below which the next Newton point is tried: ``switch``, or half the mismatch
+        at the last rejection (damped sweeps until the mismatch has halved, so that a region
+        where Newton steps fail costs at most one extra factorisation per halving).
     """
 
     Lambda: jnp.ndarray
@@ -118,8 +124,9 @@ class NewtonState(NamedTuple):
     prev: jnp.ndarray
     eta: jnp.ndarray
     rejected: jnp.ndarray
+    threshold: jnp.ndarray
 
-    nonfinite_ok = ("prev",)  # inf until the second point is evaluated
+    nonfinite_ok = ("prev", "threshold")  # inf until the second point / the first rejection
 
 
 def _project(config: NewtonConfig, theta, n):
@@ -209,7 +216,7 @@ def init(_config, _key, data: TAPData, start: TAPState) -> NewtonState:
     inf = jnp.asarray(jnp.inf, theta.dtype)
     return NewtonState(
         start.Lambda, start.gamma, start.lam, theta, theta, inf, inf,
-        jnp.asarray(start.eta, theta.dtype), jnp.asarray(True),
+        jnp.asarray(start.eta, theta.dtype), jnp.asarray(True), jnp.asarray(inf),
     )
 
 
@@ -218,7 +225,7 @@ def step(config: NewtonConfig, _key, state: NewtonState, data: TAPData):
     acceptance; the info is the mismatch of the point kept."""
     n = state.Lambda.shape[0]
     theta = jnp.concatenate([state.Lambda, state.gamma, state.lam])
-    use_newton = (state.mismatch < config.switch) & ~state.rejected
+    use_newton = (state.mismatch < jnp.minimum(state.threshold, config.switch)) & ~state.rejected
     eta = damping(config.tap, state.eta, state.mismatch, state.prev)
     trial = jnp.where(use_newton, state.newton, theta + eta * (state.swept - theta))
     swept, err, newton = evaluate(config, trial, data)
@@ -237,6 +244,7 @@ def step(config: NewtonConfig, _key, state: NewtonState, data: TAPData):
         pick(state.mismatch, state.prev),
         jnp.where(use_newton, state.eta, eta),
         ~accept,
+        jnp.where(accept, state.threshold, 0.5 * state.mismatch),
     )
     return new_state, TAPInfo(new_state.mismatch, new_state.eta)
 

@@ -37,6 +37,10 @@ Three models share T1, T2 and the loop; only T3/T4 differ (``TAPConfig.model``):
 ``"regression"``
     GP regression with noise variance ``sigma^2 / s_i`` (spec 8.3; Malzahn & Opper 2003, JMLR).
 
+:func:`solve` runs the damped iteration of spec 5.2 (the reference);
+:mod:`ppl_bsvm.bootstrap.tap_newton` reaches the same fixed point with far fewer sweeps
+(safeguarded Newton-Krylov steps near it), and :func:`ppl_bsvm.bootstrap.replica_tap` uses it.
+
 The fixed point is differentiable in ``K`` (and hence in kernel hyperparameters) by implicit
 differentiation (``tap_gradient.fixed_point``): the adjoint system ``(I - J^T) u = g`` of the undamped
 sweep's Jacobian ``J`` is solved by a damped iteration on vector-Jacobian products, so no
@@ -66,9 +70,12 @@ __all__ = [
     "factor",
     "model_moments",
     "cavity",
+    "cavity_from",
+    "off_diagonal_var",
     "tilted_and_sites",
     "sweep",
     "step",
+    "damping",
     "converged",
     "solve",
     "init",
@@ -274,12 +281,21 @@ def model_moments(K, Lambda, gamma, lam):
 
 def cavity(moments: Moments, fac: Factor, G, binv_diag, lam) -> Cavity:
     """T2 in its cancellation-free form (spec 5.1): the site of each point removed."""
+    return cavity_from(moments.chi, moments.mean, off_diagonal_var(G, lam), binv_diag, fac.w)
+
+
+def off_diagonal_var(G, lam):
+    """``sum_{j != i} G_ij^2 (-lam_j)``: the cavity variance times ``[B^{-1}]_ii^2``."""
     n = G.shape[0]
-    chi_c = moments.chi / binv_diag
-    mean_c = moments.mean - chi_c * fac.w
-    off = (G * G) * (1.0 - jnp.eye(n, dtype=G.dtype))
-    var_c = (off @ (-lam)) / binv_diag**2
-    return Cavity(chi_c, mean_c, var_c, binv_diag / moments.chi)
+    return ((G * G) * (1.0 - jnp.eye(n, dtype=G.dtype))) @ (-lam)
+
+
+def cavity_from(chi, mean, offvar, binv_diag, w) -> Cavity:
+    """T2 from the model's ``chi``, ``mean``, :func:`off_diagonal_var`, ``diag(B^{-1})`` and
+    ``w``: ``chi^c = chi / [B^{-1}]_ii``, ``m^c = m - chi^c w``,
+    ``V^c = offvar / [B^{-1}]_ii^2``, ``Lambda_c = 1 / chi^c``."""
+    chi_c = chi / binv_diag
+    return Cavity(chi_c, mean - chi_c * w, offvar / binv_diag**2, binv_diag / chi)
 
 
 def poisson_copies(ratio, n_copies: int):
@@ -413,18 +429,23 @@ def sweep(config: TAPConfig, Lambda, gamma, lam, data: TAPData):
     return sites, mismatch(moments, tilted)
 
 
+def damping(config: TAPConfig, eta, err, prev):
+    """The adaptive damping of spec 5.2: ``eta`` halved (not below 0.05) when the mismatch
+    ``err`` grew by more than 50 % over ``prev``, regrown by 5 % up to ``config.max_damping``
+    while it falls."""
+    return jnp.where(
+        err > 1.5 * prev,
+        jnp.maximum(0.5 * eta, 0.05),
+        jnp.where(err < prev, jnp.minimum(1.05 * eta, config.max_damping), eta),
+    )
+
+
 def step(config: TAPConfig, _key, state: TAPState, data: TAPData):
     """One damped sweep with the adaptive damping of spec 5.2: ``eta`` is halved (not below
     0.05) when the mismatch grows by more than 50 % and regrown by 5 % up to
     ``config.max_damping`` while it falls."""
     (Lambda, gamma, lam), err = sweep(config, state.Lambda, state.gamma, state.lam, data)
-    grew = err > 1.5 * state.mismatch
-    fell = err < state.mismatch
-    eta = jnp.where(
-        grew,
-        jnp.maximum(0.5 * state.eta, 0.05),
-        jnp.where(fell, jnp.minimum(1.05 * state.eta, config.max_damping), state.eta),
-    )
+    eta = damping(config, state.eta, err, state.mismatch)
 
     def damp(old, new):
         return (1.0 - eta) * old + eta * new

@@ -38,7 +38,7 @@ from ..data import BinaryLabels
 from ..exceptions import ConvergenceWarning
 from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER
-from . import tap
+from . import tap, tap_newton
 from ._setup import Setup, Variant, check_ratios, make_setup, resolve_variant
 from .estimates import approximate_loo, efron632, efron632_plus, fit_on_all
 from .svm import SVMSolution
@@ -91,15 +91,15 @@ class BootstrapResult:
     efron632, efron632_plus : float
         Efron's .632 and .632+ estimates of the generalisation error.
     n_iter : ndarray (R,) of int
-        Sweeps of the fixed-point iteration.
+        Factorisations of the fixed-point solver (damped sweeps and Newton steps, the start's
+        evaluation included; :mod:`ppl_bsvm.bootstrap.tap_newton`).
     mismatch : ndarray (R,)
-        Moment mismatch (T1 against T3; spec 5.2) of the returned sites. The iteration stops
-        after the sweep whose mismatch fell below ``tol``; that sweep's damped update can leave
-        it slightly above ``tol`` at the rounding floor.
+        Moment mismatch (T1 against T3; spec 5.2) of the returned sites: below ``tol`` when
+        converged (the solver stops at a point whose own mismatch is below it).
     converged : ndarray (R,) of bool
         Whether the iteration stopped on ``tol`` (not on ``max_iter`` or a non-finite value).
     trace : tuple of R ndarrays
-        Moment mismatch after every sweep.
+        Moment mismatch of the point kept after every factorisation.
     sites : dict of ndarray (R, N)
         Fixed-point site parameters ``"Lambda"``, ``"gamma"``, ``"lam"`` (paper's Eq. 15).
     machine : SVMSolution or None
@@ -117,7 +117,8 @@ class BootstrapResult:
         The user's labels (``test_prob_negative`` refers to ``labels.negative``).
     tol : float
     timings : dict
-        Seconds: ``"solve"`` (R,) per ratio (the first includes compilation), ``"total"``.
+        Seconds: ``"solve"`` (R,) per ratio (the first solved, the smallest ratio, includes
+        compilation on the first call for this N), ``"total"``.
     """
 
     sample_ratio: np.ndarray
@@ -231,12 +232,21 @@ def oob_loss(kind: str, y, mean, var):
     return ndtr(-y * mean / jnp.sqrt(var))
 
 
-def _solve_one(setup, variant, config, ratio, omega, *, tol, max_iter):
+_WARM_RATIO = 2.0
+"""A fixed point at ``S/N = r`` starts the solve at ``r'`` when ``r < r' <= 2 r`` (the
+learning curve is solved in increasing ``S/N``); farther ratios start from spec 5.3."""
+
+
+def _solve_one(setup, variant, config, ratio, omega, start, *, tol, max_iter):
+    """The fixed point at one ``S/N`` by the safeguarded Newton-Krylov solver
+    (:mod:`tap_newton`), from ``start`` (sites of a nearby ratio) or the start of spec 5.3."""
     data = _tap_data(setup, variant, ratio)
-    state0 = tap.init(None, None, data, tap.TAPStart(omega=omega))
+    if start is None:
+        start = tap.init(None, None, data, tap.TAPStart(omega=omega))
+    newton = tap_newton.NewtonConfig(config)
     result = run(
-        tap.step, state0, data, static=config, max_iter=max_iter, tol=tol,
-        converged=tap.converged
+        tap_newton.step, tap_newton.init(newton, None, data, start), data, static=newton,
+        max_iter=max_iter, tol=tol, converged=tap.converged,
     )
     K_test = None if setup.K_test is None else jnp.asarray(setup.K_test)
     k_diag = None if setup.k_test_diag is None else jnp.asarray(setup.k_test_diag)
@@ -304,10 +314,10 @@ def replica_tap(
         Stop when the moment mismatch falls below this (1e-6 already gives the error to six
         digits; below about 1e-9 rounding can stall the iteration, e.g. with ``bias=True``).
     max_iter : int, default=5000
-        Sweep cap per ratio (about 1500 sweeps are needed at ``S/N = 30``).
+        Cap on the factorisations per ratio.
     max_damping : float, default=1.0
-        Largest damping ``eta`` of the adaptive rule (in (0, 1]; the spec's 0.5 is the
-        conservative choice, 1 roughly halves the sweeps; both reach the same fixed point).
+        Largest damping ``eta`` of the adaptive rule of the damped sweeps that bring the
+        iteration near the fixed point (in (0, 1]; the spec's 0.5 is the conservative choice).
     positive : label, optional
         Which label is the positive class.
 
@@ -317,8 +327,13 @@ def replica_tap(
 
     Notes
     -----
-    Cost per sweep is a Cholesky factorisation and a few ``N x N`` products (``O(N^3)``);
-    30-300 sweeps for ``S <= 4N``. The approximation assumes each output is influenced by many
+    The fixed point is found by damped sweeps (spec 5.2) until the moment mismatch falls
+    below 0.5, then by safeguarded Newton-Krylov steps (:mod:`ppl_bsvm.bootstrap.tap_newton`,
+    quadratic convergence); each costs a Cholesky factorisation and a few ``N x N`` products
+    (``O(N^3)``), about 10-25 of them from the spec's start. A learning curve is solved in
+    increasing ``S/N``, each ratio started from the fixed point of the one below when it is
+    at most twice as large (typically 3-6 factorisations each). One compiled program per
+    ``N`` serves every ratio and later calls. The approximation assumes each output is influenced by many
     inputs: it degrades for narrow kernels, and with few support vectors the out-of-bag
     variances are off even when the error is accurate (spec section 7). The soft margin with
     a broad kernel and a small ``C`` (most points at the bound) came out 10-15 % low against
@@ -356,12 +371,20 @@ def replica_tap(
     )
     y_j = jnp.asarray(setup.y)
     omega = jnp.linalg.eigvalsh(jnp.asarray(setup.K))  # start values of every ratio (5.3)
-    rows, seconds = [], []
-    for ratio in all_ratios:
+    rows, seconds = [None] * all_ratios.size, [0.0] * all_ratios.size
+    previous = None  # (ratio, sites) of the last fixed point reached
+    for index in np.argsort(all_ratios, kind="stable"):
+        ratio = float(all_ratios[index])
         t0 = time.perf_counter()
+        warm = None
+        if previous is not None and ratio <= _WARM_RATIO * previous[0]:
+            warm = previous[1]
         result, (moments, cav, err, test) = _solve_one(
-            setup, variant, config, float(ratio), omega, tol=tol, max_iter=max_iter
+            setup, variant, config, ratio, omega, warm, tol=tol, max_iter=max_iter
         )
+        if result.stop_reason == "tol":
+            st = result.state
+            previous = (ratio, tap.TAPState(st.Lambda, st.gamma, st.lam, jnp.asarray(0.5), st.mismatch))
         per_point = oob_loss(variant.kind, y_j, cav.mean, cav.var)
         row = {
             "error": float(jnp.mean(per_point)),
@@ -385,8 +408,8 @@ def replica_tap(
                 row["test_error"] = float(
                     jnp.mean(oob_loss(variant.kind, jnp.asarray(setup.y_test), test.mean, test.var))
                 )
-        rows.append(row)
-        seconds.append(time.perf_counter() - t0)
+        rows[index] = row
+        seconds[index] = time.perf_counter() - t0
     keep = slice(0, ratios.size)
     rows_kept = rows[keep]
     at_n = rows[int(np.flatnonzero(all_ratios == 1.0)[0])]

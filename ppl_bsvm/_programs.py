@@ -102,22 +102,29 @@ def _hash_sources(stamp) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _installation() -> tuple:
+    """The versions of what this process runs (loaded once, so fixed for the process) and its
+    devices."""
+    import jaxlib
+    from importlib.metadata import version
+
+    devices = jax.devices()
+    return (jax.__version__, jaxlib.__version__, [version(p) for p in _TRACED_PACKAGES],
+            devices[0].platform, [d.device_kind for d in devices], sys.version_info[:2])
+
+
 def _environment() -> str | None:
     """Everything outside the program's own inputs that changes what JAX lowers."""
     try:
-        import jaxlib
-        from importlib.metadata import version
         from jax._src import config as jax_config
 
         source = _source_digest()
         if source is None:
             return None
         context = _ADDRESS.sub("", repr(jax_config.trace_context()))
-        devices = jax.devices()
-        return repr((FORMAT, source, jax.__version__, jaxlib.__version__,
-                     [version(p) for p in _TRACED_PACKAGES],
-                     devices[0].platform, [d.device_kind for d in devices],
-                     os.environ.get("XLA_FLAGS", ""), context, sys.version_info[:2]))
+        return repr((FORMAT, source, _installation(), os.environ.get("XLA_FLAGS", ""),
+                     context))
     except Exception:  # noqa: BLE001 - a private API moved: no key, ordinary jit
         return None
 

@@ -25,9 +25,10 @@ __all__ = ["RATE", "WARN_SECONDS", "SlowFitWarning", "cholesky", "check_time", "
 
 RATE = 2e10
 """Float64 operations per second assumed for the estimate: 20 GFLOP/s, chosen from
-``reports/slow_fit`` (``python -m benchmarks.slow_fit_rate``) (a shared 2-core development machine, load average 4-6, fits with a few
-sweeps or steps at ``n = 50``, ``d = 1000-2000``): one-thread numpy Cholesky reached 3.5-30
-GFLOP/s, XLA's 1.1-4.5; the linear Gibbs sampler ran at 5-12 GFLOP/s effective on the
+``reports/slow_fit`` (``python -m benchmarks.slow_fit_rate``; a shared 2-core development
+machine, load average 4-6, fits with a few sweeps or steps at ``n = 50``, ``d = 1000-2000``):
+one-thread numpy Cholesky reached 3.5-30 GFLOP/s, XLA's 1.1-4.5; the linear Gibbs sampler ran
+at 5-12 GFLOP/s effective on the
 leading terms counted here, linear SVI at 5-8 (SVI's step time, from two ``max_iter``
 values, is 3.2 GFLOP/s on one ``p^3/3``, hence its ``4 p^3/3``). So on that machine the
 estimate is a half to a quarter of the real time: it errs towards not warning. On a large
@@ -46,7 +47,8 @@ LINEAR_HINT = (
     "{unit} of method={method!r} factorises the p x p precision of the p = d + 1 coefficients "
     "(p^3/3 operations, with an n p^2 product); with many features and few points use "
     "method='vi' or 'ecm' (they solve in n x n dual form when p > n, in seconds), or "
-    "model='gp' with kernel='linear' (the same prior as a GP, O(n^3))"
+    "model='gp' with kernel=Linear(s**2) + Constant(s**2) and jitter=0 (the same model as a "
+    "GP on f = X beta + b, s the prior_scale: O(n^3))"
 )
 
 

@@ -66,9 +66,10 @@ SCALABLE = ("method='svi' (S-BSVM, memory linear in n), method='svgp' (SVGP) or 
 DENSE_HINT = f"method={{method!r}} forms n x n matrices; for large n use {SCALABLE}"
 LINEAR_HINT = (
     "the memory of method={method!r} for the linear model grows with its p = d + 1 "
-    "coefficients (p x p matrices, draws of p values){where}; with many features and few points use model='linear' with "
-    "method='vi' or 'ecm', which solve in n x n (dual) form when p > n, or model='gp' with "
-    "kernel='linear' (the same prior as a GP); for large n " + SCALABLE
+    "coefficients (p x p matrices, draws of p values){where}; with many features and few "
+    "points use model='linear' with method='vi' or 'ecm', which solve in n x n (dual) form "
+    "when p > n, or model='gp' with kernel=Linear(s**2) + Constant(s**2) and jitter=0 (the "
+    "same model as a GP, s the prior_scale); for large n " + SCALABLE
 )
 
 

@@ -123,7 +123,7 @@ def test_slow_linear_fits_warn_before_any_work(monkeypatch, method):
     monkeypatch.setattr(_memory, "available_bytes", lambda: None)
     with pytest.warns(ppl_bsvm.SlowFitWarning,
                       match=r"\(50, 5000\) may take about [0-9.]+ (minutes|hours).*"
-                            r"p x p precision.*method='vi' or 'ecm'.*kernel='linear'.*"
+                            r"p x p precision.*method='vi' or 'ecm'.*kernel=Linear.*Constant.*"
                             r"simplefilter\('ignore', ppl_bsvm.SlowFitWarning\)") as record:
         with pytest.raises(ValueError, match="X was converted before the memory check"):
             ppl_bsvm.fit(Huge((50, 5000)), np.ones(50), model="linear", method=method)

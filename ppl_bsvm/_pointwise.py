@@ -58,7 +58,6 @@ from scipy.special import expit, log_ndtr, ndtr
 
 from ._idata import _creation_attrs
 from .data import design_matrix
-from .predictive import normalized_link
 
 __all__ = ["POINTWISE_LIMIT", "FIXED_LIKELIHOODS", "likelihood_of", "log_likelihood",
            "prob_positive", "add_groups", "attach"]
@@ -102,8 +101,9 @@ def log_likelihood(kind: str, gamma: float, y, f) -> np.ndarray:
 
 def prob_positive(kind: str, gamma: float, f) -> np.ndarray:
     """``P(y = +1 | f)``: the likelihood, or the Bayesian SVM's normalised pseudo-likelihood."""
-    if kind == "hinge":
-        return np.asarray(normalized_link(np.asarray(f, dtype=np.float64), gamma))
+    if kind == "hinge":  # predictive.normalized_link in numpy: eager JAX would compile per shape
+        f = np.asarray(f, dtype=np.float64)
+        return expit(-2.0 * gamma * (np.maximum(0.0, 1.0 - f) - np.maximum(0.0, 1.0 + f)))
     if kind == "probit":
         return ndtr(f)
     if kind == "logit":

@@ -49,7 +49,11 @@ def test_readme_python_blocks_run_in_order(tmp_path):
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "runner.py").write_text(RUNNER)
     env = {**os.environ, "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           # the dask block's worker processes import JAX: under the parallel suite on 2 cores
+           # that outlasted dask's 30 s start-up timeout once ("Nanny failed to start")
+           "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "180s",
+           "DASK_DISTRIBUTED__DEPLOY__LOST_WORKER_TIMEOUT": "180s"}
     work = tmp_path / "work"
     work.mkdir()
     result = subprocess.run([sys.executable, str(tmp_path / "runner.py"),

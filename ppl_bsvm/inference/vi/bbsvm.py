@@ -212,7 +212,7 @@ def _memory(n: int, d: int, options: dict) -> int:
     return dense_bytes(LR_COPIES if options.get("linear_response") else 4)(n, d, options)
 
 
-_memory.dense = True
+_memory.hint = dense_bytes(4).hint  # the dense engines' hint: the scalable alternatives
 
 
 @register("vi", ("gp",), options=BBSVMOptions, memory=_memory)

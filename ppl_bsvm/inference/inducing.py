@@ -35,6 +35,7 @@ from . import mvn
 
 __all__ = [
     "INDUCING_METHODS",
+    "INDUCING_KMEANS_TOL",
     "choose_inducing",
     "kmeans",
     "InducingPrior",
@@ -64,7 +65,8 @@ def choose_inducing(X, num_inducing: int, method: str = "kmeans", seed: int = 0,
         ``m``; at most the number of distinct rows of ``X``.
     method : {"kmeans", "random"}
         ``"kmeans"``: the centres of :func:`kmeans` (greedy k-means++ seeding, then Lloyd's
-        iterations), fitted on at most ``max_points`` rows drawn without replacement;
+        iterations until the potential falls by less than :data:`INDUCING_KMEANS_TOL` in
+        one), fitted on at most ``max_points`` rows drawn without replacement;
         ``"random"``: ``m`` distinct rows of ``X``.
     seed : int
     max_points : int, optional
@@ -88,14 +90,28 @@ def choose_inducing(X, num_inducing: int, method: str = "kmeans", seed: int = 0,
     sample = X if n <= max_points else X[rng.choice(n, max_points, replace=False)]
     if m == sample.shape[0]:
         return sample.copy()
-    return kmeans(sample, m, seed)
+    return kmeans(sample, m, seed, tol=INDUCING_KMEANS_TOL)
 
 
 KMEANS_MAX_ITER = 100
 """Lloyd iterations of :func:`kmeans` at most (it stops earlier once no point changes cluster)."""
 
+INDUCING_KMEANS_TOL = 1e-3
+"""Relative decrease of the k-means potential below which :func:`choose_inducing` stops
+Lloyd's iterations.
 
-def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndarray:
+Inducing locations need a good cover of the inputs, not the exact local optimum: on 10^4 and
+2 x 10^4 standardised rows of the ``susy`` generator (m = 64) the potential of held-out rows
+stopped improving after 3-5 iterations, while the training potential kept falling by
+0.1-0.3 % per iteration for dozens more (100 iterations to convergence). With this tolerance
+k-means took 0.09 s instead of 0.31 s on 10^4 rows and 0.44 s instead of 2.7 s on 2 x 10^4
+(one run, 2 cores under load 9), and S-BSVM's test errors on 10^4 and 10^5 points stayed
+within their standard error (0.1985 against 0.1975, 0.1948 against 0.1940; 50,000 test
+points, standard error 0.0018)."""
+
+
+def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER,
+           tol: float = 0.0) -> np.ndarray:
     r"""k-means: greedy k-means++ seeding, then Lloyd's iterations; the centres ``(m, d)``.
 
     Seeding (Arthur & Vassilvitskii 2007, with the greedy refinement scikit-learn uses): the
@@ -103,7 +119,8 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndar
     potential :math:`\sum_i \min_j |x_i - c_j|^2`, of ``2 + floor(log m)`` candidates drawn with
     probability proportional to the current squared distance. Lloyd's iterations then alternate
     the assignment to the nearest centre (distances by one matrix product) and the means, until
-    no point changes cluster or ``max_iter``; an emptied cluster keeps its centre.
+    no point changes cluster, the potential falls by at most ``tol`` times itself in one
+    iteration, or ``max_iter``; an emptied cluster keeps its centre.
 
     One compiled program per ``m`` and padded shape: the rows are padded to
     ``_shapes.bucket_size`` with weight 0, so data sets of nearby sizes share it, and it
@@ -117,6 +134,9 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndar
         Number of centres (``<= n``).
     seed : int
     max_iter : int, default=KMEANS_MAX_ITER
+    tol : float, default=0.0
+        Relative decrease of the potential below which the iterations stop; 0 runs them to
+        the fixed point (every centre the mean of its points).
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -126,7 +146,8 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER) -> np.ndar
     with jax.enable_x64(True):
         key = key_from_seed(int(seed))
         centres = _kmeans(key, to_device(pad_rows(X, rows)), to_device(weight), m,
-                          2 + int(np.log(m)), to_device(max_iter, np.int64))
+                          2 + int(np.log(m)), to_device(max_iter, np.int64),
+                          to_device(tol, np.float64))
         return np.asarray(centres, dtype=np.float64)
 
 
@@ -138,7 +159,7 @@ def _sq_distances(X, C):
 
 
 @functools.partial(_programs.Program, static_argnums=(3, 4))
-def _kmeans(key, X, weight, m: int, trials: int, max_iter):
+def _kmeans(key, X, weight, m: int, trials: int, max_iter, tol):
     n, d = X.shape
     k_first, k_rest = jax.random.split(key)
     first = jax.random.choice(k_first, n, p=weight / jnp.sum(weight))
@@ -156,18 +177,23 @@ def _kmeans(key, X, weight, m: int, trials: int, max_iter):
     centres, _ = jax.lax.fori_loop(1, m, seed_one, (centres, closest))
 
     def assign(centres):
-        return jnp.argmin(_sq_distances(X, centres), axis=1)
+        d2 = _sq_distances(X, centres)
+        labels = jnp.argmin(d2, axis=1)
+        return labels, jnp.sum(jnp.take_along_axis(d2, labels[:, None], axis=1)[:, 0] * weight)
 
     def lloyd(carry):
-        it, centres, labels, _ = carry
+        it, centres, labels, potential, _ = carry
         counts = jax.ops.segment_sum(weight, labels, num_segments=m)
         sums = jax.ops.segment_sum(X * weight[:, None], labels, num_segments=m)
         centres = jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], centres)
-        new = assign(centres)
-        return it + 1, centres, new, jnp.any((new != labels) & (weight > 0))
+        new, new_potential = assign(centres)
+        moving = jnp.any((new != labels) & (weight > 0)) & (
+            potential - new_potential > tol * potential)
+        return it + 1, centres, new, new_potential, moving
 
-    carry = (jnp.zeros((), jnp.int32), centres, assign(centres), jnp.asarray(True))
-    _, centres, _, _ = jax.lax.while_loop(lambda c: (c[0] < max_iter) & c[3], lloyd, carry)
+    labels, potential = assign(centres)
+    carry = (jnp.zeros((), jnp.int32), centres, labels, potential, jnp.asarray(True))
+    _, centres, _, _, _ = jax.lax.while_loop(lambda c: (c[0] < max_iter) & c[4], lloyd, carry)
     return centres
 
 

@@ -7,6 +7,7 @@ from scipy import stats
 from ppl_bsvm import kernels
 from ppl_bsvm.inference import gaussian
 from ppl_bsvm.inference.inducing import (
+    INDUCING_KMEANS_TOL,
     choose_inducing,
     kmeans,
     inducing_prior,
@@ -113,3 +114,17 @@ def test_kmeans_is_as_good_as_scikit_learns(rng, m):
         np.testing.assert_allclose(Z[j], X[labels == j].mean(axis=0), atol=1e-10)
     # padded rows (weight 0) never become centres or move them
     assert not np.any(np.all(Z == 0.0, axis=1))
+
+
+def test_inducing_kmeans_stops_once_the_potential_settles(rng):
+    """choose_inducing stops Lloyd's iterations at a relative decrease of the potential of
+    INDUCING_KMEANS_TOL: the potential is then within a few per cent of the fixed point's
+    (each further iteration would have gained less than 0.1 %), and it is what choose_inducing
+    returns."""
+    X = rng.standard_normal((3000, 6)) * np.linspace(0.5, 2.0, 6)
+    full = _inertia(X, kmeans(X, 30, 0))
+    early = kmeans(X, 30, 0, tol=INDUCING_KMEANS_TOL)
+    assert full <= _inertia(X, early) <= 1.03 * full
+    np.testing.assert_array_equal(choose_inducing(X, 30, seed=0), early)
+    # a looser tolerance stops no later: its potential is no lower
+    assert _inertia(X, kmeans(X, 30, 0, tol=0.05)) >= _inertia(X, early)

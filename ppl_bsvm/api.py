@@ -154,13 +154,16 @@ def describe(model: str, method: str):
 
 
 def _documented_parameters(doc: str | None) -> dict[str, str]:
-    """``{name: text}`` from a numpydoc *Parameters* section (``a, b : type`` lines name
-    several; the text is the type line's tail and the indented lines below, joined)."""
+    """``{name: text}`` from a numpydoc *Parameters* (or *Options*) section (``a, b : type``
+    lines name several; the text is the type line's tail and the indented lines below,
+    joined)."""
     import inspect
     import re
 
     text = inspect.cleandoc(doc or "")
-    found = re.search(r"^Parameters\n-+\n(.*?)(?=^\S[^\n]*\n-{3,}\n|\Z)", text, re.S | re.M)
+    # "Parameters", or "Options (:class:`XOptions`)" where an engine lists its options class
+    found = re.search(r"^(?:Parameters|Options \([^\n]*\))\n-+\n(.*?)(?=^\S[^\n]*\n-{3,}\n|\Z)",
+                      text, re.S | re.M)
     out: dict[str, str] = {}
     names: list[str] = []
     for line in (found.group(1).splitlines() if found else []):

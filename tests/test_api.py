@@ -125,6 +125,14 @@ def test_describe_reads_each_option_from_the_engine():
         assert list(table.index) == list(fields)  # every option, in declaration order
         assert table["default"].to_dict() == fields
         assert (table["meaning"].str.len() > 10).all()  # each has a meaning
+    for model, method in ppl_bsvm.list_methods()[["model", "method"]].itertuples(index=False):
+        # no option falls back to the options class's own summary: each has its entry
+        summary = " ".join(get_engine(model, method).options.__doc__.split("\n\n")[0].split())
+        meanings = ppl_bsvm.describe(model, method)["meaning"]
+        assert not (meanings == summary).any(), (model, method)
+    svi = ppl_bsvm.describe("sparse_gp", "svi")["meaning"]  # the engine's own Options section
+    assert svi["max_iter"] == "int, default=20000; Minibatch steps at most."
+    assert "Split every minibatch over these devices" in svi["devices"]
     nuts = ppl_bsvm.describe("gp", "nuts")["meaning"]
     # per-field entries: the piece's (Sampler's) and the engine function's own Parameters
     assert nuts["num_warmup"] == "int; Burn-in iterations per chain."

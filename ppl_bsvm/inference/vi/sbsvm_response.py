@@ -22,13 +22,13 @@ precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v
    residual).
 
 **Cost** (:func:`response_flops`). The pass costs about ``n m^4 / 18`` multiply-adds
-(``m >= 96``; ``n m^4 / 16`` at ``m = 64``, ``n m^4 / 4`` below 48, where the plain product is
+(``m >= 96``; ``n m^4 / 14`` at ``m = 64``, ``n m^4 / 4`` below 48, where the plain product is
 as fast), the factorisation ``P^3 / 3 ~ m^6 / 24``, the memory ``O(P^2)``
 (:func:`response_bytes`: 3 ``P x P`` matrices, 212 MB each at ``m = 100``). This is not the
 ``O(m^3)``, ``n``-free cost one might hope for: the response of ``q(v)``'s covariance to the
 tilt, which the linear response needs, depends on all the ``m^4 / 24`` distinct fourth moments
 of the ``n`` rows ``w_i``. The ``n x n`` form costs ``O(n^2 m + n^3 / 3)`` instead. The
-polish adds its sweeps (tens to a few hundred at ``O(n m^2)``).
+polish adds its sweeps (15-27 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from ._svi import BatchStatistics, batch_statistics, target_from_statistics
 from .sbsvm_defaults import inducing_count
 from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
 
-__all__ = ["RESPONSE_FLOATS", "Response", "linear_response", "respond", "response_chunk",
+__all__ = ["RESPONSE_FLOATS", "POLISH_SWEEPS", "Response", "linear_response", "respond", "response_chunk",
            "uses_dense", "response_flops", "response_bytes", "engine_flops", "size"]
 
 RESPONSE_FLOATS = 2**22
@@ -72,9 +72,18 @@ def uses_dense(rows: int, m: int) -> bool:
     return lrvb.dense_flops(rows, m) < lrvb.moments_flops(rows, m)
 
 
-def response_flops(n: int, m: int) -> float:
-    """Leading terms of the response on ``n`` rows: the cheaper of the two forms."""
-    return min(lrvb.dense_flops(n, m), lrvb.moments_flops(n, m))
+POLISH_SWEEPS = 30
+"""Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
+stopping point on the ``susy`` generator (10^4 and 10^5 points, m = 16 and 64) the
+Anderson-accelerated polish took 15-27 (plain sweeps took 57-185)."""
+
+
+def response_flops(n: int, m: int, d: int = 1) -> float:
+    """Leading terms of the correction on ``n`` rows of ``d`` inputs: the cheaper of the two
+    forms, and :data:`POLISH_SWEEPS` sweeps of ``n (m d + 3 m^2)`` (the kernel columns, the
+    projections ``L^{-1} K_mb`` and ``P_L^{-1} Psi``, the sum ``Psi^T A^{-1/2} Psi``)."""
+    sweeps = POLISH_SWEEPS * float(n) * (m * d + 3 * m * m)
+    return min(lrvb.dense_flops(n, m), lrvb.moments_flops(n, m)) + sweeps
 
 
 def engine_flops(n: int, d: int, options: dict) -> float:
@@ -82,14 +91,15 @@ def engine_flops(n: int, d: int, options: dict) -> float:
     ``linear_response=True``, else 0 (the SVI run's minibatch steps are not counted)."""
     if not options.get("linear_response"):
         return 0.0
-    return response_flops(n, inducing_count(n, options))
+    return response_flops(n, inducing_count(n, options), d)
 
 
 engine_flops.hint = (
-    "linear_response=True costs a pass of about n m^4 / 16 operations over the data and the "
-    "factorisation of a P x P matrix, P = m (m + 3) / 2 for m inducing points (not O(m^3): "
-    "see ppl_bsvm.inference.vi.sbsvm_response); use fewer inducing points (num_inducing; the "
-    "cost falls as m^4) or leave linear_response off")
+    "linear_response=True costs sweeps of n m^2 operations to the batch fixed point, a pass of "
+    "n m^4 / 18 to n m^4 / 4 over the data and the factorisation of a P x P matrix, "
+    "P = m (m + 3) / 2 "
+    "for m inducing points (not O(m^3): see ppl_bsvm.inference.vi.sbsvm_response); use fewer "
+    "inducing points (num_inducing; the cost falls as m^4) or leave linear_response off")
 
 
 def response_bytes(n: int, m: int) -> int:

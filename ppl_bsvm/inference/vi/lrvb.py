@@ -295,7 +295,7 @@ def polish(fixed_map, theta, max_iter: int, depth: int = ANDERSON_DEPTH):
         gx = fixed_map(x)
         ok = jnp.logical_and(jnp.all(jnp.isfinite(gx)),
                              residual(x, gx) <= ANDERSON_GROWTH * residual(s.x, s.gx))
-        ok = jnp.logical_or(ok, s.plain)  # a plain sweep is always taken
+        ok = ok | s.plain | (s.filled == 0)  # a plain sweep is always taken
         dF = jnp.concatenate([s.dF[1:], (gx - x - f)[None]])
         dG = jnp.concatenate([s.dG[1:], (gx - s.gx)[None]])
         return jax.tree.map(

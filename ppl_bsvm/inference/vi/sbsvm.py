@@ -45,6 +45,10 @@ Implementation notes:
 
 With ``Z`` = the training inputs, full batches and ``rho = 1`` the iteration is B-BSVM's
 coordinate ascent (``bbsvm.py``), which the tests check.
+
+Linear response (``linear_response=True``): the covariance of ``u`` is replaced by the
+response of the batch fixed point's mean to the tilt ``log p + t^T u`` (Giordano et al. 2018),
+computed in ``sbsvm_response`` at ``O(n m^4 + m^6)``.
 """
 
 from __future__ import annotations

@@ -501,20 +501,20 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         Default link of ``predict_proba``.
     linear_response : bool, default=False
         Use the linear-response covariance of ``u`` (Giordano et al. 2018) at the fixed point
-        of the batch iteration over all data (``rho = 1``), reached from SVI's ``q`` by at most
-        ``lrvb.POLISH_ITER`` (Anderson-accelerated) sweeps, the mean staying SVI's
-        (``sbsvm_response``; hyperparameters and inducing locations held at their final
-        values): in the draws of ``u`` and ``f``, the predictive variances and
-        ``idata.approximation`` (``u_cov``, ``f_var``; the mean-field ones stay as
-        ``u_cov_mean_field``, ``f_var_mean_field``; the attributes ``covariance`` and
-        ``polish_sweeps`` say which is used and how the polish went). Cost: the sweeps
+        of the batch iteration over all data (``rho = 1``), reached from SVI's ``q`` by at
+        most lrvb.POLISH_ITER (Anderson-accelerated) sweeps, the mean staying SVI's (see
+        sbsvm_response, with hyperparameters and inducing locations held at their final
+        values), in the draws of ``u`` and ``f``, the predictive variances and
+        idata.approximation: ``u_cov`` and ``f_var`` (the mean-field ones stay as
+        u_cov_mean_field and f_var_mean_field, and the attributes ``covariance`` and
+        polish_sweeps say which is used and how the polish went). Cost: the sweeps
         (``O(n m^2)`` each, 15-27 measured), a pass forming the data's fourth moments
         (``n m^4 / 18`` to ``n m^4 / 4`` operations) and the factorisation of a ``P x P``
-        matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``; memory ``3 P^2`` floats, 636 MB at
-        ``m = 100``), or with fewer points than about ``P`` an ``n x n`` system instead: not
-        ``O(m^3)`` (``sbsvm_response`` says why). Where the fixed point is not converged or
-        the covariance not positive definite, a ``ConvergenceWarning`` and the mean-field
-        answer.
+        matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory ``3 P^2`` floats: 636 MB at
+        m = 100), or with fewer points than about ``P`` an ``n x n`` system instead (not
+        the O(m^3) one might hope for: sbsvm_response says why). Where the fixed point is
+        not converged or the covariance not positive definite, a ``ConvergenceWarning`` and
+        the mean-field answer.
     resume : Fit, optional
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """

@@ -187,8 +187,8 @@ def step(static: Static, _key, state: BBSVMState, data: BBSVMData):
 def _linear_response(kernel: Kernel, params, data: BBSVMData, alpha, max_iter: int):
     """``lrvb.gp_response`` at the fixed point of the sweep (fixed hyperparameters) reached from
     ``alpha`` by ``lrvb.polish``: ``(cov, D, residual, q)``."""
-    alpha = lrvb.polish(lambda a: _collapse(optimal_q(kernel, params, data, a), data, a)[0],
-                        alpha, max_iter)
+    alpha, _ = lrvb.polish(lambda a: _collapse(optimal_q(kernel, params, data, a), data, a)[0],
+                           alpha, max_iter)
     q = optimal_q(kernel, params, data, alpha)
     return (*lrvb.gp_response(q.K, q.fac, q.mean, data.y, alpha, data.gamma), q)
 

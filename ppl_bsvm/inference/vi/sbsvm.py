@@ -45,6 +45,10 @@ Implementation notes:
 
 With ``Z`` = the training inputs, full batches and ``rho = 1`` the iteration is B-BSVM's
 coordinate ascent (``bbsvm.py``), which the tests check.
+
+Linear response (``linear_response=True``): the covariance of ``u`` is replaced by the
+response of the batch fixed point's mean to the tilt ``log p + t^T u`` (Giordano et al. 2018),
+computed in ``sbsvm_response`` at ``O(n m^4 + m^6)``.
 """
 
 from __future__ import annotations
@@ -94,13 +98,14 @@ from ._svi import (
     svi_step,
     target_from_statistics,
 )
-from ._options import HyperEvery, HyperRate, Inducing, Learn, Stochastic
+from ._options import HyperEvery, HyperRate, Inducing, Learn, LinearResponse, Stochastic
 from .hyper import AdamState, adam_ascent, adam_init
 from .sbsvm_defaults import (
     MIN_ROWS_PER_DEVICE,  # noqa: F401  (documented with the devices option)
     default_batch_size,
     default_check_every,
     default_tol,
+    inducing_count,
     mesh_and_batch,
 )
 from .sbsvm_marginals import (
@@ -112,6 +117,7 @@ from .sbsvm_marginals import (
     _training_marginals,
     full_elbo,
 )
+from .sbsvm_response import engine_flops, respond, response_bytes
 
 __all__ = [
     "STORE_F_MAX_N",
@@ -405,8 +411,8 @@ def _check_Z(Z, d):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SBSVMOptions(Inducing, Stochastic, Temperature, Learn, HyperRate, HyperEvery, Iteration,
-                   Jitter, Draws, Link):
+class SBSVMOptions(Inducing, Stochastic, Temperature, Learn, HyperRate, HyperEvery,
+                   LinearResponse, Iteration, Jitter, Draws, Link):
     """Options of ``fit(model="gp" or "sparse_gp", method="svi")`` (see :func:`sbsvm_gp`);
     ``tol=None`` is :func:`default_tol` of the data, ``devices`` and the inducing array are
     checked against the machine and the data when the fit starts."""
@@ -493,6 +499,22 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         in the ``approximation`` group.
     link : str, default=DEFAULT_LINK
         Default link of ``predict_proba``.
+    linear_response : bool, default=False
+        Use the linear-response covariance of ``u`` (Giordano et al. 2018) at the fixed point
+        of the batch iteration over all data (``rho = 1``), reached from SVI's ``q`` by at
+        most lrvb.POLISH_ITER (Anderson-accelerated) sweeps, the mean staying SVI's (see
+        sbsvm_response, with hyperparameters and inducing locations held at their final
+        values), in the draws of ``u`` and ``f``, the predictive variances and
+        idata.approximation: ``u_cov`` and ``f_var`` (the mean-field ones stay as
+        u_cov_mean_field and f_var_mean_field, and the attributes ``covariance`` and
+        polish_sweeps say which is used and how the polish went). Cost: the sweeps
+        (``O(n m^2)`` each, 15-27 measured), a pass forming the data's fourth moments
+        (``n m^4 / 18`` to ``n m^4 / 4`` operations) and the factorisation of a ``P x P``
+        matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory ``3 P^2`` floats: 636 MB at
+        m = 100), or with fewer points than about ``P`` an ``n x n`` system instead (not
+        the O(m^3) one might hope for: sbsvm_response says why). Where the fixed point is
+        not converged or the covariance not positive definite, a ``ConvergenceWarning`` and
+        the mean-field answer.
     resume : Fit, optional
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
@@ -508,7 +530,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     store_f = n <= STORE_F_MAX_N if options.store_f is None else options.store_f
     inducing, num_inducing = options.inducing, options.num_inducing
     if isinstance(inducing, str):
-        m = min(100, n) if num_inducing is None else num_inducing
+        m = inducing_count(n, {"num_inducing": num_inducing})
         if m > n:
             raise ValueError(f"num_inducing={m} exceeds the number of training points n={n}")
     else:
@@ -551,13 +573,27 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     result = run(step, state, data, static=config, key=keys.loop, max_iter=options.max_iter,
                  tol=tol, resume=previous)
     st = result.state
-    q = _final_q(st, keys.u, num_draws)
-    post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
-    marg = jax.tree.map(lambda a: np.asarray(a)[:n],
-                        _training_marginals(kernel, st.params, st.Z, st.chol_Kmm, q.mean_v,
-                                            q.chol_P, data))
+    q = mean_field = _final_q(st, keys.u, num_draws)
+
+    def marginals(q):
+        return jax.tree.map(lambda a: np.asarray(a)[:n], _training_marginals(
+            kernel, st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P, data))
+
+    marg = marginals(q)
     f_mean, f_var, alpha = marg.f_mean, marg.f_var, marg.alpha
     value = float(np.sum(marg.terms)) - float(q.kl)
+    status, lr_extra, lr_attrs, timings = None, {}, {}, {"inducing": t_inducing}
+    if options.linear_response:
+        t_lr = time.perf_counter()
+        q, status, sweeps = respond(kernel, st, data, keys.u, num_draws, mean_field,
+                                    f'fit(model="{model}", method="svi")')
+        lr_extra = {"u_cov_mean_field": np.asarray(mean_field.u_cov),
+                    "f_var_mean_field": f_var}
+        if q is not mean_field:
+            f_var = marginals(q).f_var
+        timings["linear_response"] = time.perf_counter() - t_lr
+        lr_attrs = {"polish_sweeps": sweeps}
+    post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
     posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:
         posterior["f"] = _f_draws(kernel, post, X, q.v_draws, keys.f)[None]
@@ -575,9 +611,10 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
             "f_var": f_var,
             "alpha": alpha,
             "elbo": np.asarray(value),
+            **lr_extra,
         },
         attrs={"method": "svi", "model": model, "stop_reason": result.stop_reason,
-               "f_stored": int(store_f)},
+               "f_stored": int(store_f), "covariance": status, **lr_attrs},
     )
     trace = {
         **recorded(result.infos.elbo),
@@ -589,7 +626,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         result, idata=idata,
         predictor=GaussianPredictor(Latent(_latent_chunk, kernel, post), link=options.link,
                                     gamma=gamma),
-        seconds=elapsed, trace=trace, timings={"inducing": t_inducing},
+        seconds=elapsed, trace=trace, timings=timings,
         kernel_params=st.params, jitter=jitter, checkpoint=result,
         options={"num_inducing": m, "batch_size": batch_size, "store_f": store_f,
                  "check_every": check_every,
@@ -598,14 +635,22 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
 
 
 def _working_memory(n: int, d: int, options: dict) -> int:
-    """Bytes beyond the inputs: draws of ``f`` at the training inputs when stored, and the
-    ``O(|S| m + m^2)`` working arrays (``_memory``)."""
-    m = options.get("num_inducing") or min(100, n)
+    """Bytes beyond the inputs: draws of ``f`` at the training inputs when stored, the
+    ``O(|S| m + m^2)`` working arrays (``_memory``) and with ``linear_response`` the
+    ``O(m^4)`` of ``sbsvm_response``."""
+    m = inducing_count(n, options)
     b = options.get("batch_size") or default_batch_size(n)
     store = options.get("store_f")
     store = n <= STORE_F_MAX_N if store is None else bool(store)
     draws = store * int(options.get("num_draws", 1000)) * n
-    return FLOAT * (draws + 8 * (b + CHUNK) * m + 16 * m * m)
+    response = response_bytes(n, m) if options.get("linear_response") else 0
+    return FLOAT * (draws + 8 * (b + CHUNK) * m + 16 * m * m) + response
+
+
+_working_memory.hint = (
+    "S-BSVM keeps num_draws draws of f at the training inputs (store_f=False drops them) and, "
+    "with linear_response=True, P x P matrices, P = m (m + 3) / 2 for m inducing points (use "
+    "fewer: num_inducing; that memory falls as m^4)")
 
 
 def sbsvm_gp(problem: Problem, options: SBSVMOptions, *, key, kernel: Kernel,
@@ -623,4 +668,4 @@ def sbsvm_sparse_gp(problem: Problem, options: SBSVMOptions, *, key, kernel: Ker
 for _engine in (sbsvm_gp, sbsvm_sparse_gp):
     _engine.__doc__ = _sbsvm.__doc__
     register("svi", (_engine.__name__.removeprefix("sbsvm_"),), options=SBSVMOptions,
-             budget="max_iter", memory=_working_memory)(_engine)
+             budget="max_iter", memory=_working_memory, flops=engine_flops)(_engine)

@@ -14,6 +14,7 @@ __all__ = [
     "default_batch_size",
     "default_tol",
     "default_check_every",
+    "inducing_count",
     "mesh_and_batch",
 ]
 
@@ -21,6 +22,15 @@ __all__ = [
 MIN_ROWS_PER_DEVICE = 1024
 """Rows of a minibatch per device below which the default ``devices`` is one device (smaller
 shares do not pay for the communication of a step)."""
+
+
+def inducing_count(n: int, options: dict) -> int:
+    """``m`` for the options (a dict, as the memory and cost estimates get them): the rows of
+    a given ``inducing`` array, else ``num_inducing``, else ``min(100, n)``."""
+    inducing = options.get("inducing")
+    if inducing is not None and not isinstance(inducing, str):
+        return int(np.shape(inducing)[0])
+    return int(options.get("num_inducing") or min(100, n))
 
 
 def default_batch_size(n: int) -> int:

@@ -1,0 +1,241 @@
+r"""S-BSVM's linear response (``linear_response=True``): the covariance of ``u`` at the fixed
+point of the batch iteration, in passes over the training rows.
+
+In whitened coordinates (``sbsvm.py``) S-BSVM's batch iteration (``rho = 1``, all the data)
+is the Gaussian-sites sweep of :mod:`~ppl_bsvm.inference.vi.lrvb` with ``x = v``, rows
+``z_i = y_i psi_i``, ``psi_i = L^{-1} K_{m i}``, offsets ``c_i = Ktilde_ii`` and prior
+precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v) L^T``.
+
+1. **Polish** (:func:`_sweep`, ``lrvb.polish``): from the state SVI stopped at, sweeps of
+   that iteration over all rows (chunks of ``PASS_CHUNK``, ``Psi`` recomputed per chunk, never
+   an ``n x m`` matrix), ``O(n m^2 + n m d)`` each, until the relative change of
+   ``theta = (eta1, vech prec)`` is at most ``lrvb.POLISH_TOL`` or ``lrvb.POLISH_ITER``
+   sweeps.
+2. **Response** at the polished ``q(v) = N(mu, P^{-1})``, with ``W = Z P_L^{-T}``,
+   ``r_i = 1 - y_i psi_i^T mu``, ``g_i = gamma alpha_i^{-3/2} / 2`` (``lrvb`` module doc, the
+   Gaussian-sites closed form): either one pass accumulating ``G`` (``lrvb.SitesMoments``, one
+   set of matrix products per chunk of :func:`response_chunk` rows; padding rows have
+   ``g_i = 0``) and the Cholesky factorisation of the ``P x P`` matrix ``I - G``,
+   ``P = m (m + 3) / 2`` (:func:`_moments_pass`); or, when it is cheaper (:func:`uses_dense`:
+   fewer rows than about ``P``), the ``n x n`` system (:func:`_dense_pass`). Either gives the
+   factor of the linear-response precision, and the sweep's image at the fixed point (its
+   residual).
+
+**Cost** (:func:`response_flops`). The pass costs about ``n m^4 / 18`` multiply-adds
+(``m >= 96``; ``n m^4 / 14`` at ``m = 64``, ``n m^4 / 4`` below 48, where the plain product is
+as fast), the factorisation ``P^3 / 3 ~ m^6 / 24``, the memory ``O(P^2)``
+(:func:`response_bytes`: 3 ``P x P`` matrices, 212 MB each at ``m = 100``). This is not the
+``O(m^3)``, ``n``-free cost one might hope for: the response of ``q(v)``'s covariance to the
+tilt, which the linear response needs, depends on all the ``m^4 / 24`` distinct fourth moments
+of the ``n`` rows ``w_i``. The ``n x n`` form costs ``O(n^2 m + n^3 / 3)`` instead. The
+polish adds its sweeps (15-27 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ... import _programs
+from ..._memory import FLOAT
+from ..mvn import cov_factor, gaussian_from_precision
+from . import elbo as elbo_mod
+from . import lrvb
+from ._svi import BatchStatistics, batch_statistics, target_from_statistics
+from .sbsvm_defaults import inducing_count
+from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
+
+__all__ = ["RESPONSE_FLOATS", "POLISH_SWEEPS", "Response", "linear_response", "respond", "response_chunk",
+           "uses_dense", "response_flops", "response_bytes", "engine_flops", "size"]
+
+RESPONSE_FLOATS = 2**22
+"""Floats in each of a chunk's products of ``w``'s entries (``lrvb.moments_add``; 32 MB)."""
+
+
+def size(m: int) -> int:
+    """``P = m (m + 3) / 2``: the unknowns of the fixed point ``(mean, vech covariance)``."""
+    return m * (m + 3) // 2
+
+
+def response_chunk(rows: int, m: int) -> int:
+    """Rows per chunk of the moments pass: at most :data:`RESPONSE_FLOATS` floats in each of
+    the chunk's ``(m (m + 1) / 2, rows)`` products of ``w``'s entries."""
+    return int(max(1, min(rows, RESPONSE_FLOATS // (m * (m + 1) // 2))))
+
+
+def uses_dense(rows: int, m: int) -> bool:
+    """Whether the ``n x n`` form (``lrvb.sites_dense_factor``) costs fewer operations than
+    the moments for ``rows`` (padded) training rows."""
+    return lrvb.dense_flops(rows, m) < lrvb.moments_flops(rows, m)
+
+
+POLISH_SWEEPS = 30
+"""Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
+stopping point on the ``susy`` generator (10^4 and 10^5 points, m = 16 and 64) the
+Anderson-accelerated polish took 15-27 (plain sweeps took 57-185)."""
+
+
+def response_flops(n: int, m: int, d: int = 1) -> float:
+    """Leading terms of the correction on ``n`` rows of ``d`` inputs: the cheaper of the two
+    forms, and :data:`POLISH_SWEEPS` sweeps of ``n (m d + 3 m^2)`` (the kernel columns, the
+    projections ``L^{-1} K_mb`` and ``P_L^{-1} Psi``, the sum ``Psi^T A^{-1/2} Psi``)."""
+    sweeps = POLISH_SWEEPS * float(n) * (m * d + 3 * m * m)
+    return min(lrvb.dense_flops(n, m), lrvb.moments_flops(n, m)) + sweeps
+
+
+def engine_flops(n: int, d: int, options: dict) -> float:
+    """S-BSVM's ``flops`` estimate (``api.register``): :func:`response_flops` with
+    ``linear_response=True``, else 0 (the SVI run's minibatch steps are not counted)."""
+    if not options.get("linear_response"):
+        return 0.0
+    return response_flops(n, inducing_count(n, options), d)
+
+
+engine_flops.hint = (
+    "linear_response=True costs sweeps of n m^2 operations to the batch fixed point, a pass of "
+    "n m^4 / 18 to n m^4 / 4 over the data and the factorisation of a P x P matrix, "
+    "P = m (m + 3) / 2 "
+    "for m inducing points (not O(m^3): see ppl_bsvm.inference.vi.sbsvm_response); use fewer "
+    "inducing points (num_inducing; the cost falls as m^4) or leave linear_response off")
+
+
+def response_bytes(n: int, m: int) -> int:
+    """Working bytes of the response: with the moments, ``G``, ``I - G`` and its factor
+    (``3 P^2``) and a chunk's products (``4 chunk Pq``); in ``n x n`` form, four ``n x n``
+    matrices (``H``, ``M``, its factor, a product)."""
+    if uses_dense(n, m):
+        return FLOAT * 4 * n * n
+    P, Pq = size(m), m * (m + 1) // 2
+    return FLOAT * (3 * P * P + 4 * response_chunk(n, m) * Pq)
+
+
+class Response(NamedTuple):
+    """What :func:`linear_response` returns (device arrays).
+
+    Attributes
+    ----------
+    chol_prec : (m, m)
+        Lower factor of the linear-response precision of ``q(v)`` (NaN where ``I - G`` is not
+        positive definite).
+    u_cov : (m, m)
+        ``Cov_LR(u) = L Cov_LR(v) L^T``.
+    residual : ()
+        Relative change ``|theta' - theta|_inf / |theta|_inf`` of one more sweep at the
+        polished ``theta``.
+    sweeps : () int
+        Sweeps the polish took.
+    """
+
+    chol_prec: jnp.ndarray
+    u_cov: jnp.ndarray
+    residual: jnp.ndarray
+    sweeps: jnp.ndarray
+
+
+def _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P, data, i, size_):
+    """Chunk ``i``: ``Psi^T`` with the columns of rows it does not own zeroed, the latent
+    marginals and its rows' labels and ownership (``sbsvm_marginals._chunk_rows``)."""
+    Xc, yc, own = _chunk_rows(data.X, data.y, i, size_, data.n)
+    PsiT, m_f, s_f = _psi_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xc)
+    return PsiT * own, m_f, s_f, yc, own
+
+
+def _target(g1, G2, gamma):
+    """The sweep's image from the sums over all rows (``_svi.target_from_statistics``)."""
+    eye = jnp.eye(g1.shape[0], dtype=g1.dtype)
+    target = target_from_statistics(BatchStatistics(g1, G2, None, None), eye, 1.0, gamma)
+    return lrvb.pack(target.eta1, target.prec)
+
+
+def _sweep(kernel, params, Z, chol_Kmm, data, theta):
+    """One sweep of the batch iteration (``_svi``'s target over all rows, ``rho = 1``):
+    ``theta = (eta1, vech prec) -> theta'``."""
+    m = Z.shape[0]
+    mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
+    n_chunks, size_ = _chunks(data.X.shape[0], PASS_CHUNK)
+
+    def body(i, acc):
+        PsiT, m_f, s_f, yc, _ = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
+                                                data, i, size_)
+        st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
+        return acc[0] + st.g1, acc[1] + st.G2
+
+    zero = jnp.zeros(m, theta.dtype), jnp.zeros((m, m), theta.dtype)
+    g1, G2 = jax.lax.fori_loop(0, n_chunks, body, zero)
+    return _target(g1, G2, data.gamma)
+
+
+def _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk: int):
+    """``lrvb.SitesMoments`` over all rows at ``theta``; the precision factor and the sweep's
+    image ``theta'``."""
+    m = Z.shape[0]
+    mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
+    S = cov_factor(chol_P)
+    n_chunks, size_ = _chunks(data.X.shape[0], chunk)
+
+    def body(i, acc):
+        moments, g1, G2 = acc
+        PsiT, m_f, s_f, yc, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
+                                                  data, i, size_)
+        alpha = elbo_mod.optimal_alpha(m_f, s_f, yc)
+        g = jnp.where(own, 0.5 * data.gamma * alpha**-1.5, 0.0)
+        moments = lrvb.moments_add(moments, (yc[:, None] * PsiT.T) @ S, 1.0 - yc * m_f, g)
+        st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
+        return moments, g1 + st.g1, G2 + st.G2
+
+    zero = (lrvb.moments_init(m, theta.dtype), jnp.zeros(m, theta.dtype),
+            jnp.zeros((m, m), theta.dtype))
+    moments, g1, G2 = jax.lax.fori_loop(0, n_chunks, body, zero)
+    factor = lrvb.sites_precision_factor(chol_P, lrvb.moments_gram(moments))
+    return factor, _target(g1, G2, data.gamma)
+
+
+def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
+    """The ``n x n`` form (``lrvb.sites_dense_factor``) over all rows at once (used for few
+    rows only, :func:`uses_dense`); the precision factor and the sweep's image."""
+    m = Z.shape[0]
+    mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
+    PsiT, m_f, s_f, y, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P, data,
+                                             0, data.X.shape[0])
+    alpha = elbo_mod.optimal_alpha(m_f, s_f, y)
+    W = (y[:, None] * PsiT.T) @ cov_factor(chol_P)
+    factor = lrvb.sites_dense_factor(chol_P, W, 1.0 - y * m_f,
+                                     0.5 * data.gamma * alpha**-1.5, own)
+    st = batch_statistics(PsiT.T, m_f, s_f, y, data.gamma)
+    return factor, _target(st.g1, st.G2, data.gamma)
+
+
+@functools.partial(_programs.Program, static_argnames=("kernel", "max_iter", "chunk"))
+def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int,
+                    chunk: int) -> Response:
+    """Polish S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) to the batch fixed
+    point and compute its linear response there (module doc); ``data`` is ``sbsvm``'s
+    ``SBSVMData`` (``X``, ``y``, ``n``, ``gamma``), ``chunk`` the rows per chunk of the
+    moments (:func:`response_chunk`), 0 for the ``n x n`` form (:func:`uses_dense`)."""
+    sweep = functools.partial(_sweep, kernel, params, Z, chol_Kmm, data)
+    theta, sweeps = lrvb.polish(sweep, lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter)
+    if chunk:
+        chol_lr, image = _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk)
+    else:
+        chol_lr, image = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
+    factor_u = chol_Kmm @ cov_factor(chol_lr)
+    return Response(chol_lr, factor_u @ factor_u.T, lrvb.relative_change(theta, image), sweeps)
+
+
+def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: str):
+    """The engine's linear response at its final state ``st``, checked by ``lrvb.accept``:
+    ``(q, status, sweeps)``, ``q`` the :class:`~.sbsvm_marginals._FinalQ` of ``N(SVI's mean,
+    Cov_LR)`` (draws with ``key``) or, where the check fails, ``mean_field``."""
+    m, rows = st.Z.shape[0], data.X.shape[0]
+    chunk = 0 if uses_dense(rows, m) else response_chunk(rows, m)
+    res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec,
+                          data._replace(order=None), lrvb.POLISH_ITER, chunk)
+    _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=6)
+    if status != "linear response":
+        return mean_field, status, int(res.sweeps)
+    prec = res.chol_prec @ res.chol_prec.T
+    return (_final_q(st._replace(eta1=prec @ mean_field.mean_v, prec=prec), key, num_draws),
+            status, int(res.sweeps))

@@ -1,0 +1,260 @@
+"""S-BSVM's linear response (``inference/vi/sbsvm_response.py``): finite differences of the
+tilted batch fixed point (an independent numpy coordinate ascent in ``u``), the batch limit
+``Z = X`` against B-BSVM's closed form, the draws, predictive and saved fit, the fallback, the
+``compare`` rows and the cost estimates."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppl_bsvm
+from ppl_bsvm.compare import compare
+from ppl_bsvm.exceptions import ConvergenceWarning, SlowFitWarning
+from ppl_bsvm.inference.inducing import inducing_prior, project
+from ppl_bsvm.inference.vi import lrvb, sbsvm_response
+
+from .test_sbsvm import KERNEL, _toy
+
+JITTER = 1e-6
+
+
+def _projection(X, Z):
+    """``kappa = K_nm Kmm^{-1}``, ``ktilde`` and ``Kmm`` (jittered as the engine does)."""
+    with jax.enable_x64(True):
+        params = KERNEL.init_params(X)
+        prior = inducing_prior(KERNEL, params, jnp.asarray(Z), JITTER)
+        proj = project(KERNEL, params, prior, jnp.asarray(X))
+        return np.asarray(proj.kappa), np.asarray(proj.ktilde), np.asarray(prior.Kmm)
+
+
+def _cavi_u(kappa, ktilde, Kmm, y, t, gamma=1.0, iters=20000, tol=1e-14):
+    """Batch coordinate ascent of S-BSVM in the unwhitened ``q(u) = N(mu, Sigma)`` (paper eqs.
+    9-11 with ``rho = 1``, dense inverses) tilted by ``t^T u``: the converged mean."""
+    Kinv = np.linalg.inv(Kmm)
+    alpha = np.ones(len(y))
+    mu = np.zeros(Kmm.shape[0])
+    for _ in range(iters):
+        w = gamma / np.sqrt(alpha)
+        Sigma = np.linalg.inv(Kinv + kappa.T @ (w[:, None] * kappa))
+        new_mu = Sigma @ (kappa.T @ (y * (gamma + w)) + t)
+        s = np.einsum("ij,jk,ik->i", kappa, Sigma, kappa) + ktilde
+        alpha = (1 - y * (kappa @ new_mu)) ** 2 + s
+        if np.max(np.abs(new_mu - mu)) < tol * np.max(np.abs(new_mu)):
+            return new_mu, Sigma
+        mu = new_mu
+    raise AssertionError("the numpy CAVI did not converge")
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return _toy(n=40, seed=3)
+
+
+@pytest.fixture(scope="module")
+def lr_fit(toy):
+    """Minibatch SVI (stopped by its own rule) with the linear response."""
+    X, y = toy
+    return ppl_bsvm.fit(X, y, model="gp", method="svi", kernel=KERNEL, inducing=X[::5],
+                        batch_size=10, linear_response=True, num_draws=4000, seed=1)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 1.6])
+def test_covariance_of_u_is_the_derivative_of_the_tilted_batch_fixed_point(toy, gamma):
+    X, y = toy
+    Z = X[::5]
+    fit = ppl_bsvm.fit(X, y, model="gp", method="svi", kernel=KERNEL, inducing=Z,
+                       batch_size=10, linear_response=True, gamma=gamma, num_draws=10)
+    assert fit.idata.attrs["covariance"] == "linear response"
+    a = fit.idata["approximation"]
+    kappa, ktilde, Kmm = _projection(X, Z)
+    m, h = Z.shape[0], 1e-4
+    cols = [(_cavi_u(kappa, ktilde, Kmm, y, h * e, gamma)[0]
+             - _cavi_u(kappa, ktilde, Kmm, y, -h * e, gamma)[0]) / (2 * h) for e in np.eye(m)]
+    fd = np.array(cols).T
+    # central differences: O(h^2) ~ 1e-8 relative; both fixed points converged to ~1e-12
+    np.testing.assert_allclose(a["u_cov"].values, fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
+    # mean-field q(u) is SVI's (near, not at, the fixed point); LR widens every sd here
+    Sigma = _cavi_u(kappa, ktilde, Kmm, y, np.zeros(m), gamma)[1]
+    np.testing.assert_allclose(a["u_cov_mean_field"].values, Sigma, rtol=0.05, atol=0.01)
+    ratio = np.sqrt(np.diag(a["u_cov_mean_field"].values) / np.diag(a["u_cov"].values))
+    assert np.all(ratio < 0.95)
+
+
+def test_inducing_points_at_the_data_give_bbsvms_covariance_of_f(toy):
+    """With ``Z = X`` (``Ktilde = 0`` up to the jitter) S-BSVM's model is B-BSVM's, ``u = f``:
+    the linear response of ``u`` must equal B-BSVM's closed form for ``f`` (``lrvb.gp_response``,
+    tested against its own finite differences), to the order of the jitter."""
+    X, y = _toy(n=30, seed=0)
+    common = dict(kernel=KERNEL, linear_response=True, num_draws=10, jitter=1e-8)
+    sparse = ppl_bsvm.fit(X, y, model="gp", method="svi", inducing=X, batch_size=len(y),
+                          learning_rate=1.0, tol=1e-12, max_iter=300, **common)
+    batch = ppl_bsvm.fit(X, y, model="gp", method="vi", tol=1e-12, **common)
+    assert sparse.idata.attrs["covariance"] == batch.idata.attrs["covariance"] == "linear response"
+    U = sparse.idata["approximation"]["u_cov"].values
+    F = batch.idata["approximation"]["f_cov"].values
+    # measured: 2e-8 absolute (jitter 1e-8; 2e-6 with the default 1e-6)
+    np.testing.assert_allclose(U, F, atol=1e-6 * np.abs(F).max())
+    np.testing.assert_allclose(sparse.idata["approximation"]["f_var"].values, np.diag(F),
+                               rtol=1e-5)
+    Xs = np.array([[0.1, 0.2], [-1.0, 2.0]])
+    np.testing.assert_allclose(sparse.predict_latent(Xs)[1], batch.predict_latent(Xs)[1],
+                               rtol=1e-5)
+
+
+def test_draws_predictive_and_saved_fit_use_the_linear_response(lr_fit, toy, tmp_path):
+    X, y = toy
+    a = lr_fit.idata["approximation"]
+    C, C_mf = a["u_cov"].values, a["u_cov_mean_field"].values
+    u = lr_fit.posterior["u"].values[0]
+    # 4000 Gaussian draws: sd of each sample variance about sqrt(2 / 4000) relative
+    np.testing.assert_allclose(np.var(u, axis=0), np.diag(C), rtol=6 * np.sqrt(2 / 4000))
+    np.testing.assert_allclose(np.mean(u, axis=0), a["u_mean"].values,
+                               atol=6 * np.sqrt(np.diag(C).max() / 4000))
+    Xs = np.r_[X[:4], [[0.3, -2.0], [2.5, 2.5]]]
+    kappa, ktilde, _ = _projection(Xs, X[::5])
+    mean, var = lr_fit.predict_latent(Xs)
+    np.testing.assert_allclose(var, np.einsum("ij,jk,ik->i", kappa, C, kappa) + ktilde,
+                               rtol=1e-8)
+    np.testing.assert_allclose(mean, kappa @ a["u_mean"].values, rtol=1e-8, atol=1e-10)
+    assert np.all(var > np.einsum("ij,jk,ik->i", kappa, C_mf, kappa) + ktilde)
+    kappa_n, ktilde_n, _ = _projection(X, X[::5])
+    np.testing.assert_allclose(a["f_var"].values,
+                               np.einsum("ij,jk,ik->i", kappa_n, C, kappa_n) + ktilde_n,
+                               rtol=1e-8)
+    np.testing.assert_allclose(a["f_var_mean_field"].values,
+                               np.einsum("ij,jk,ik->i", kappa_n, C_mf, kappa_n) + ktilde_n,
+                               rtol=1e-8)
+    f = lr_fit.posterior["f"].values[0]
+    np.testing.assert_allclose(np.var(f, axis=0), a["f_var"].values, rtol=6 * np.sqrt(2 / 4000))
+    lr_fit.save(tmp_path / "fit")
+    loaded = ppl_bsvm.load(tmp_path / "fit")
+    np.testing.assert_array_equal(loaded.predict_latent(Xs)[1], var)
+    assert loaded.idata.attrs["covariance"] == "linear response"
+
+
+def test_compare_adds_the_mean_field_row(lr_fit):
+    table = compare(lr_fit, {"lr": lr_fit})
+    f = table[table["variable"] == "f"].set_index("candidate")
+    assert list(f.index) == ["lr", "lr (mean-field)"]
+    a = lr_fit.idata["approximation"]
+    expected = np.mean(np.sqrt(a["f_var_mean_field"].values / a["f_var"].values))
+    # 4000 draws each: relative error of an sd ratio about sqrt(1 / 4000) per coordinate
+    assert f.loc["lr (mean-field)", "sd_ratio"] == pytest.approx(expected, rel=0.03)
+    assert f.loc["lr", "sd_ratio"] == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:method='svi'")  # stopped at max_iter, as meant
+def test_not_converged_warns_and_keeps_mean_field(toy, monkeypatch):
+    X, y = toy
+    monkeypatch.setattr(lrvb, "POLISH_ITER", 0)
+    with pytest.warns(ConvergenceWarning, match="not converged") as record:
+        fit = ppl_bsvm.fit(X, y, model="gp", method="svi", kernel=KERNEL, inducing=X[::5],
+                           batch_size=10, max_iter=3, linear_response=True, num_draws=10)
+    assert any(w.filename == __file__ for w in record)  # points at the user's call
+    a = fit.idata["approximation"]
+    assert fit.idata.attrs["covariance"].startswith("mean-field (the fixed point")
+    np.testing.assert_array_equal(a["u_cov"].values, a["u_cov_mean_field"].values)
+    np.testing.assert_array_equal(a["f_var"].values, a["f_var_mean_field"].values)
+    assert np.all(np.isfinite(fit.predict_proba(X)))
+
+
+def _sites_problem(n, p, seed=0):
+    """A converged Gaussian-sites problem with offsets: ``(sites, mu, Sigma)``."""
+    r = np.random.default_rng(seed)
+    Z = jnp.asarray(0.7 * r.standard_normal((n, p)) / np.sqrt(p / 5))
+    sites = lrvb.Sites(Z, jnp.eye(p), jnp.asarray(1.3),
+                       jnp.asarray(np.abs(0.3 * r.standard_normal(n))))
+    theta, _ = lrvb.polish(lambda th: lrvb.sites_map(sites, th, jnp.zeros(p)),
+                           lrvb.pack(jnp.zeros(p), jnp.eye(p)), 5000)
+    return sites, *lrvb.unpack(theta, p)
+
+
+def _weights(sites, mu, Sigma):
+    """``(P_L, W, r, g)`` of the closed form (``lrvb`` module doc), ``S = P_L^{-T}``."""
+    Z = sites.Z
+    chol_prec = jnp.linalg.cholesky(jnp.linalg.inv(Sigma))
+    alpha = (1 - Z @ mu) ** 2 + jnp.sum((Z @ Sigma) * Z, axis=1) + sites.offset
+    return (chol_prec, Z @ jnp.linalg.inv(chol_prec).T, 1 - Z @ mu,
+            0.5 * sites.gamma * alpha**-1.5)
+
+
+@pytest.mark.parametrize("ranges", [1, 3, 8])
+def test_moments_gather_the_gram_matrix_of_the_rows(ranges, monkeypatch):
+    """``lrvb.SitesMoments`` (distinct fourth moments in ranges of ``b``, two chunks) against
+    ``U^T U`` of the rows ``u_i = sqrt(g_i) [vechs(w_i w_i^T), sqrt(2) r_i w_i]`` written
+    out here."""
+    p = 11
+    monkeypatch.setattr(lrvb, "moment_blocks",
+                        lambda p: np.linspace(0, p, ranges + 1).astype(int))
+    r = np.random.default_rng(ranges)
+    W, res, g = r.standard_normal((30, p)), r.standard_normal(30), r.random(30)
+    i, j = np.triu_indices(p)
+    quad = W[:, i] * W[:, j] * np.where(i == j, 1.0, np.sqrt(2.0))
+    U = np.sqrt(g)[:, None] * np.c_[quad, np.sqrt(2.0) * res[:, None] * W]
+    with jax.enable_x64(True):
+        acc = lrvb.moments_init(p, jnp.float64)
+        for rows in (slice(0, 17), slice(17, 30)):
+            acc = lrvb.moments_add(acc, jnp.asarray(W[rows]), jnp.asarray(res[rows]),
+                                   jnp.asarray(g[rows]))
+        G = np.asarray(lrvb.moments_gram(acc))
+    np.testing.assert_allclose(G, U.T @ U, rtol=1e-12, atol=1e-12 * np.abs(U.T @ U).max())
+
+
+def test_closed_forms_equal_the_jvp_response_of_the_sites_map():
+    """The moments (``P x P``) and ``n x n`` forms S-BSVM uses against
+    ``lrvb.sites_response`` (``jax.jvp`` columns of the sweep's Jacobian, no closed form) on
+    the same Gaussian-sites problem with offsets; padding rows drop out of the ``n x n``
+    form."""
+    with jax.enable_x64(True):
+        sites, mu, Sigma = _sites_problem(200, 5)
+        cov_jvp, residual, _ = lrvb.sites_response(sites, mu, Sigma)
+        chol_prec, W, r, g = _weights(sites, mu, Sigma)
+        acc = lrvb.moments_add(lrvb.moments_init(5, jnp.float64), W, r, g)
+        factors = [lrvb.sites_precision_factor(chol_prec, lrvb.moments_gram(acc))]
+        pad = lambda a, v: jnp.concatenate([a, jnp.full((7,) + a.shape[1:], v)])
+        own = jnp.arange(207) < 200
+        factors.append(lrvb.sites_dense_factor(chol_prec, pad(W, 3.0), pad(r, 2.0),
+                                               pad(g, 0.5), own))
+        covs = [np.asarray(jnp.linalg.inv(f @ f.T)) for f in factors]
+    assert float(residual) < 1e-10  # polished to lrvb.POLISH_TOL
+    for cov in covs:
+        np.testing.assert_allclose(cov, np.asarray(cov_jvp), rtol=1e-9, atol=1e-13)
+        assert np.all(np.diag(cov) > np.diag(np.asarray(Sigma)))
+
+
+def test_cost_and_memory_estimates_count_the_response():
+    from ppl_bsvm.inference.vi import sbsvm
+
+    P = sbsvm_response.size(64)
+    assert P == 64 + 64 * 65 // 2
+    on = {"num_inducing": 64, "linear_response": True}
+    # the moments: about a quarter of U^T U's n P^2 at m = 64, plus the factorisation and
+    # the polish's sweeps
+    sweeps = sbsvm_response.POLISH_SWEEPS * 1e5 * (64 * 18 + 3 * 64**2)
+    flops = sbsvm_response.engine_flops(10**5, 18, on) - sweeps
+    assert 0.25 * 1e5 * P**2 < flops - P**3 / 3 < 0.35 * 1e5 * P**2
+    # few rows: the n x n form
+    assert sbsvm_response.uses_dense(1000, 64) and not sbsvm_response.uses_dense(10**4, 64)
+    assert sbsvm_response.response_bytes(1000, 64) == 4 * 1000**2 * 8
+    assert sbsvm_response.engine_flops(10**5, 18, {"num_inducing": 64}) == 0.0
+    extra = sbsvm._working_memory(10**5, 18, on) - sbsvm._working_memory(10**5, 18,
+                                                                          {"num_inducing": 64})
+    assert extra == sbsvm_response.response_bytes(10**5, 64) > 3 * 8 * P**2
+    # 3 x 10^5 points, the default m = 100: 1.9 x 10^12 operations, over a minute at
+    # _cost.RATE; as an error the warning stops the fit before any work (and were it not
+    # raised, devices=999 would stop the engine at once)
+    X, y = _toy(n=300_000, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowFitWarning)
+        with pytest.raises(SlowFitWarning, match="linear_response=True costs"):
+            ppl_bsvm.fit(X, y, model="gp", method="svi", linear_response=True, devices=999)
+
+
+@pytest.mark.parametrize("model", ["gp", "sparse_gp"])
+def test_linear_response_option_is_validated(toy, model):
+    X, y = toy
+    with pytest.raises(ValueError, match="linear_response"):
+        ppl_bsvm.fit(X, y, model=model, method="svi", linear_response="yes")

@@ -58,6 +58,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, ndtr
 
 from ..inference.loop import iterate
+from . import _linalg
 
 __all__ = [
     "MODELS",
@@ -70,6 +71,7 @@ __all__ = [
     "Factor",
     "factor",
     "model_moments",
+    "model_marginals",
     "cavity",
     "cavity_from",
     "off_diagonal_var",
@@ -237,7 +239,7 @@ def factor(K, Lambda, gamma, lam) -> Factor:
     s = jnp.where(pos, jnp.sqrt(jnp.where(pos, Lambda, 1.0)), 0.0)
     n = K.shape[0]
     B = jnp.eye(n, dtype=K.dtype) + s[:, None] * K * s[None, :]
-    chol = jnp.linalg.cholesky(B)
+    chol = _linalg.cholesky(B)
     big = Lambda * jnp.diag(K) >= _SPLIT
     site_mean = jnp.where(big, gamma / jnp.where(big, Lambda, 1.0), 0.0)
     gamma_small = jnp.where(big, 0.0, gamma)
@@ -247,6 +249,12 @@ def factor(K, Lambda, gamma, lam) -> Factor:
 
 
 def model_moments(K, Lambda, gamma, lam):
+    """T1 (Eq. 22) and the pieces T2 needs: the first four outputs of
+    :func:`model_marginals`."""
+    return model_marginals(K, Lambda, gamma, lam)[:4]
+
+
+def model_marginals(K, Lambda, gamma, lam):
     r"""T1 (Eq. 22) and the pieces T2 needs, from one Cholesky factorisation, one triangular
     solve and one matrix product (about ``3.3 N^3`` flops).
 
@@ -274,22 +282,24 @@ def model_moments(K, Lambda, gamma, lam):
         ``(K^{-1} + diag Lambda)^{-1}``.
     binv_diag : (n,)
         ``diag(B^{-1})``.
+    offvar : (n,)
+        :func:`off_diagonal_var` (the cavity variance times ``[B^{-1}]_ii^2``).
     """
     fac = factor(K, Lambda, gamma, lam)
     s, big = fac.s, fac.big
     a = jnp.where(big, 1.0 / jnp.where(big, s, 1.0), 0.0)
     b = jnp.where(big, 0.0, 1.0)
     c = jnp.where(big, 1.0, -1.0)
-    R = jnp.diag(a) + (s[:, None] * K) * b[None, :]
-    Z = solve_triangular(fac.chol, R, lower=True)
-    ZZ = Z.T @ Z
+    # Z^T = R^T L^{-T}, so that Z^T Z is a product of the form A A^T (twice as fast on CPU
+    # as A^T A)
+    Zt = _linalg.solve_transposed(fac.chol, jnp.diag(a) + b[:, None] * K * s[None, :])
+    ZZ = Zt @ Zt.T
     G = (c[:, None] * c[None, :]) * ((b[:, None] * b[None, :]) * K - ZZ + jnp.diag(a * a))
-    G = 0.5 * (G + G.T)
     chi = jnp.diag(G)
     binv_diag = jnp.where(big, Lambda * jnp.diag(ZZ), 1.0 - Lambda * chi)
     mean = K @ fac.w
-    var = (G * G) @ (-lam)
-    return Moments(chi, mean, var), fac, G, binv_diag
+    offvar = off_diagonal_var(G, lam)
+    return Moments(chi, mean, offvar + chi**2 * (-lam)), fac, G, binv_diag, offvar
 
 
 def cavity(moments: Moments, fac: Factor, G, binv_diag, lam) -> Cavity:

@@ -212,16 +212,10 @@ def n_copies_for(ratio_max: float, kind: str) -> int:
     return int(np.ceil(ratio_max + 8.0 * np.sqrt(ratio_max) + 12.0))
 
 
-def _outputs(config, Lambda, gamma, lam, data, K_test, k_diag):
-    moments, fac, G, binv_diag = tap.model_moments(data.K, Lambda, gamma, lam)
-    cav = tap.cavity(moments, fac, G, binv_diag, lam)
-    tilted, _ = tap.tilted_and_sites(config, cav, data)
-    err = tap.mismatch(moments, tilted)
-    test = None if K_test is None else tap.fields_at(fac, data.K, K_test, k_diag)
-    return moments, cav, err, test
-
-
-_outputs_jit = jax.jit(_outputs, static_argnums=0)
+@jax.jit
+def _test_fields(K, Lambda, gamma, lam, K_test, k_diag):
+    """Eq. 19 at the test inputs (one more factorisation, only when there are test inputs)."""
+    return tap.fields_at(tap.factor(K, Lambda, gamma, lam), K, K_test, k_diag)
 
 
 def oob_loss(kind: str, y, mean, var):
@@ -248,11 +242,13 @@ def _solve_one(setup, variant, config, ratio, omega, start, *, tol, max_iter):
         tap_newton.step, tap_newton.init(newton, None, data, start), data, static=newton,
         max_iter=max_iter, tol=tol, converged=tap.converged,
     )
-    K_test = None if setup.K_test is None else jnp.asarray(setup.K_test)
-    k_diag = None if setup.k_test_diag is None else jnp.asarray(setup.k_test_diag)
     st = result.state
-    out = _outputs_jit(config, st.Lambda, st.gamma, st.lam, data, K_test, k_diag)
-    return result, out
+    moments, cav = tap_newton.outputs(st)
+    test = None
+    if setup.K_test is not None:
+        test = _test_fields(data.K, st.Lambda, st.gamma, st.lam, jnp.asarray(setup.K_test),
+                            jnp.asarray(setup.k_test_diag))
+    return result, (moments, cav, st.mismatch, test)
 
 
 @entry_point

@@ -22,7 +22,7 @@ point, so its derivative is a ``3 x 5`` matrix per point, formed once per Newton
 ``jax.jvp``. With ``G o G`` and ``G o M`` formed once (``M`` costs one matrix product), a
 Jacobian product ``J v = P'(x) (dx/dtheta) v`` costs three ``N x N`` matrix-vector products,
 and the Newton system ``(I - J) delta = T(theta) - theta`` is solved by GMRES (:func:`gmres`)
-in the variables scaled by ``|theta|``, to the relative residual ``min(forcing, mismatch)``
+in the variables scaled by ``|theta|``, to the relative residual ``forcing * mismatch``
 (inexact Newton: the steps stay quadratic).
 
 Each step of :func:`step` evaluates the sweep at one trial point (one factorisation, kept in
@@ -45,6 +45,7 @@ at a point whose own mismatch is below ``tol``, i.e. at the same fixed point as
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -74,6 +75,7 @@ __all__ = [
     "jacobian_product",
     "gmres",
     "init",
+    "restart",
     "step",
     "solve",
     "outputs",
@@ -92,8 +94,10 @@ class NewtonConfig(NamedTuple):
         Moment mismatch below which Newton steps are tried (0.5: on Crabs, Wisconsin and Pima
         the fewest factorisations among 0.1, 0.5 and always).
     forcing : float
-        Largest relative residual of the GMRES solve (inexact Newton: the solve's tolerance is
-        the current mismatch, clipped to ``[1e-12, forcing]``, so the steps stay quadratic).
+        Relative residual of the GMRES solve per unit of moment mismatch (inexact Newton: the
+        solve's tolerance is ``forcing * mismatch``, clipped to ``[1e-13, forcing]``, so the
+        steps stay quadratic; with ``forcing * 1`` instead of ``forcing * mismatch`` the last
+        steps lose a factor ``mismatch`` each, one more factorisation on Wisconsin).
     krylov : int
         Most GMRES iterations (Jacobian products) per Newton step.
     """
@@ -207,11 +211,8 @@ def jacobian_product(config: NewtonConfig, theta, G, marginals: Marginals, data:
 
     # T2-T4 act point by point: one jvp per input with all-ones tangents gives every point's
     # 3 x 5 derivative at once (row k of ``deriv`` is d sites / d marginals[k], (3n,))
-    ones, zeros = jnp.ones_like(chi), jnp.zeros_like(chi)
-    deriv = jnp.stack([
-        jax.jvp(sites_of, (tuple(marginals),), (tuple(ones if j == k else zeros for j in range(5)),))[1]
-        for k in range(5)
-    ])
+    unit = jnp.broadcast_to(jnp.eye(5, dtype=chi.dtype)[:, :, None], (5, 5, chi.shape[0]))
+    deriv = jax.vmap(lambda t: jax.jvp(sites_of, (tuple(marginals),), (tuple(t),))[1])(unit)
 
     def product(v):
         dL, dg, dl = v[:n], v[n : 2 * n], v[2 * n :]
@@ -300,7 +301,7 @@ def newton_point(config: NewtonConfig, state: NewtonState, data: TAPData):
     z = gmres(
         lambda u: u - product(u * scale) / scale,
         (state.swept - theta) / scale,
-        jnp.clip(state.mismatch, 1e-12, config.forcing),  # inexact Newton: tighter as it falls
+        jnp.clip(config.forcing * state.mismatch, 1e-13, config.forcing),  # inexact Newton
         config.krylov,
     )
     point = _project(config, theta + z * scale, n)
@@ -320,6 +321,22 @@ def init(_config, _key, data: TAPData, start: TAPState) -> NewtonState:
         start.Lambda, start.gamma, start.lam, theta, jnp.zeros((n, n), data.K.dtype),
         Marginals(zeros, zeros, zeros, zeros, zeros), inf, inf,
         jnp.asarray(start.eta, theta.dtype), jnp.asarray(True), inf,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def restart(config: NewtonConfig, state: NewtonState, data: TAPData) -> NewtonState:
+    """The state ``state`` (the final state of a solve at another ``S/N``) for the problem
+    ``data``: T1 does not depend on ``S/N``, so ``G`` and the marginals stay, and only the
+    point-wise T2-T4 are redone (no factorisation). The first :func:`step` from it is then
+    the Newton step from the old fixed point to the new one, i.e. the predictor along the
+    learning curve, whenever the new mismatch is below ``switch``."""
+    swept, tilted = _sites(config, state.marginals, data)
+    moments, _ = outputs(state)
+    inf = jnp.asarray(jnp.inf, swept.dtype)
+    return state._replace(
+        swept=swept, mismatch=mismatch(moments, tilted), prev=inf,
+        eta=jnp.asarray(0.5, swept.dtype), rejected=jnp.asarray(False), threshold=inf,
     )
 
 
@@ -358,3 +375,4 @@ def solve(config: NewtonConfig, state: NewtonState, data: TAPData, *, tol: float
     ``(state, infos, n_iter, stopped_on_tol)`` as in :func:`tap.solve`."""
     return iterate(step, state, data, static=config, max_iter=max_iter, tol=tol,
                    converged=converged)
+

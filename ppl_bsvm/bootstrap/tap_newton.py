@@ -354,19 +354,13 @@ def step(config: NewtonConfig, _key, state: NewtonState, data: TAPData):
     )
     swept, err, G, marginals = evaluate(config, trial, data)
     accept = ~use_newton | (err < state.mismatch)
-
-    def pick(new, old):
-        return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)
-
-    new_state = NewtonState(
-        *pick((trial[:n], trial[n : 2 * n], trial[2 * n :], swept, G, marginals, err),
-              (state.Lambda, state.gamma, state.lam, state.swept, state.G, state.marginals,
-               state.mismatch)),
-        pick(state.mismatch, state.prev),
-        jnp.where(use_newton, state.eta, eta),
-        ~accept,
-        jnp.where(accept, state.threshold, 0.5 * state.mismatch),
+    moved = NewtonState(
+        trial[:n], trial[n : 2 * n], trial[2 * n :], swept, G, marginals, err,
+        state.mismatch, jnp.where(use_newton, state.eta, eta), jnp.asarray(False), state.threshold,
     )
+    kept = state._replace(rejected=jnp.asarray(True), threshold=0.5 * state.mismatch)
+    # one conditional for the whole state (a select per field costs compile time)
+    new_state = jax.lax.cond(accept, lambda: moved, lambda: kept)
     return new_state, TAPInfo(new_state.mismatch, new_state.eta)
 
 

@@ -31,6 +31,7 @@ which is the predictor along the curve.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,7 @@ from ..inference.loop import RunResult, run
 from . import tap, tap_newton
 
 __all__ = [
+    "Solution",
     "SIZES",
     "COARSE_FRACTION",
     "COARSE_TOL",
@@ -65,6 +67,14 @@ RIDGE = 0.1
 """Ridge of the regression that ranks the points, relative to the mean of ``diag K``."""
 WARM_RATIO = 2.0
 """A fixed point at ``S/N = r`` starts the solve at ``r'`` when ``r < r' <= 2 r``."""
+
+
+class Solution(NamedTuple):
+    """A solve at one ``S/N``: the run of :func:`loop.run` on the full problem and the
+    factorisations spent on coarse problems for its start (0 without one)."""
+
+    run: RunResult
+    coarse_iter: int = 0
 
 
 def n_copies_for(ratio_max: float, kind: str) -> int:
@@ -123,15 +133,16 @@ def extend(config: tap.TAPConfig, coarse: tap.TAPData, sites, K_cross, k_diag, r
 
 
 def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float, *,
-               max_iter: int, order=None) -> tap.TAPState:
+               max_iter: int, order=None) -> tuple[tap.TAPState, int]:
     """Sites from which the solve at ``ratio`` starts without a nearby fixed point: the
     fixed point of the coarse problem on the points nearest the boundary, extended to the
     others by :func:`extend` (module doc); the start of spec 5.3 for small problems or if the
-    coarse solve fails."""
+    coarse solve fails. Returns the sites and the factorisations the coarse solves took."""
     n = len(y)
     m = coarse_size(n)
+    spec = (_spec_start(tap_data(K, y, config.model, C, noise, ratio)), 0)
     if m is None:
-        return _spec_start(tap_data(K, y, config.model, C, noise, ratio))
+        return spec
     order = boundary_order(K, y, config.model) if order is None else order
     subset, rest = np.sort(order[:m]), np.sort(order[m:])
     K_sub = K[np.ix_(subset, subset)]
@@ -139,10 +150,11 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
         coarse = solve_ratio(K_sub, y[subset], config, C, noise, ratio, tol=COARSE_TOL,
                              max_iter=max_iter)
     except FloatingPointError:
-        coarse = None
-    if coarse is None or coarse.stop_reason != "tol":
-        return _spec_start(tap_data(K, y, config.model, C, noise, ratio))
-    state = coarse.state
+        return spec
+    if coarse.run.stop_reason != "tol":
+        return spec
+    spent = coarse.run.n_iter + coarse.coarse_iter
+    state = coarse.run.state
     inner = (state.Lambda, state.gamma, state.lam)
     outer = extend(
         config, tap_data(K_sub, y[subset], config.model, C, noise, ratio), inner,
@@ -155,12 +167,12 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
         full[subset], full[rest] = np.asarray(a), np.asarray(b)
         sites.append(jnp.asarray(full))
     if not all(np.all(np.isfinite(np.asarray(v))) for v in sites):
-        return _spec_start(tap_data(K, y, config.model, C, noise, ratio))
-    return tap.TAPState(*sites, jnp.asarray(0.5), jnp.asarray(jnp.inf))
+        return spec
+    return tap.TAPState(*sites, jnp.asarray(0.5), jnp.asarray(jnp.inf)), spent
 
 
 def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float, *,
-                tol: float, max_iter: int, start=None, order=None) -> RunResult:
+                tol: float, max_iter: int, start=None, order=None) -> Solution:
     """The fixed point at one ``S/N`` by the safeguarded Newton-Krylov solver, from
     ``start``: sites (a :class:`tap.TAPState`), the final :class:`tap_newton.NewtonState` of
     a nearby ratio (:func:`tap_newton.restart`: the first step is the predictor), or None for
@@ -168,11 +180,14 @@ def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: floa
     (:func:`loop.run`)."""
     data = tap_data(K, y, config.model, C, noise, ratio)
     newton = tap_newton.NewtonConfig(config)
+    spent = 0
     if isinstance(start, tap_newton.NewtonState):
         state = tap_newton.restart(newton, start, data)
     else:
         if start is None:
-            start = cold_start(K, y, config, C, noise, ratio, max_iter=max_iter, order=order)
+            start, spent = cold_start(K, y, config, C, noise, ratio, max_iter=max_iter,
+                                      order=order)
         state = tap_newton.init(newton, None, data, start)
-    return run(tap_newton.step, state, data, static=newton, max_iter=max_iter, tol=tol,
-               converged=tap.converged)
+    result = run(tap_newton.step, state, data, static=newton, max_iter=max_iter, tol=tol,
+                 converged=tap.converged)
+    return Solution(result, spent)

@@ -91,8 +91,12 @@ class BootstrapResult:
     efron632, efron632_plus : float
         Efron's .632 and .632+ estimates of the generalisation error.
     n_iter : ndarray (R,) of int
-        Factorisations of the fixed-point solver (damped sweeps and Newton steps, the start's
-        evaluation included; :mod:`ppl_bsvm.bootstrap.tap_newton`).
+        Factorisations of the ``N x N`` problem by the fixed-point solver (damped sweeps and
+        Newton steps, the start's evaluation included; :mod:`ppl_bsvm.bootstrap.tap_newton`).
+    n_iter_coarse : ndarray (R,) of int
+        Factorisations of the smaller problems that built a cold start (of size
+        :func:`tap_solve.coarse_size`; 0 when the ratio started from a nearby fixed point or
+        from spec 5.3; :mod:`ppl_bsvm.bootstrap.tap_solve`).
     mismatch : ndarray (R,)
         Moment mismatch (T1 against T3; spec 5.2) of the returned sites: below ``tol`` when
         converged (the solver stops at a point whose own mismatch is below it).
@@ -140,6 +144,7 @@ class BootstrapResult:
     efron632: float
     efron632_plus: float
     n_iter: np.ndarray
+    n_iter_coarse: np.ndarray
     mismatch: np.ndarray
     converged: np.ndarray
     trace: tuple
@@ -184,8 +189,11 @@ class BootstrapResult:
                 "regression": f"GP regression (noise={self.noise:g})"}[self.model]
         lines = [f"BootstrapResult: replica-TAP bootstrap of the {name}"
                  + (f" with bias (b0={self.bias:g})" if self.bias else " without bias")]
-        for r, e, n, c in zip(self.sample_ratio, self.error, self.n_iter, self.converged):
-            lines.append(f"  S/N={r:<6g} error={e:.5f}  sweeps={n}{'' if c else '  NOT CONVERGED'}")
+        for r, e, n, nc, c in zip(self.sample_ratio, self.error, self.n_iter,
+                                  self.n_iter_coarse, self.converged):
+            coarse = f" (+{nc} coarse)" if nc else ""
+            lines.append(f"  S/N={r:<6g} error={e:.5f}  factorisations={n}{coarse}"
+                         f"{'' if c else '  NOT CONVERGED'}")
         if np.isfinite(self.loo):
             lines.append(f"  S/N=inf   error={self.loo:.5f}  (approximate leave-one-out, Eq. 20)")
         lines.append(f"  .632: {self.efron632:.5f}   .632+: {self.efron632_plus:.5f}")
@@ -337,10 +345,11 @@ def replica_tap(
             warm = previous[1]
         elif order is None and tap_solve.coarse_size(n) is not None:
             order = tap_solve.boundary_order(setup.K, setup.y, variant.kind)
-        result = tap_solve.solve_ratio(
+        solution = tap_solve.solve_ratio(
             setup.K, setup.y, config, variant.C, variant.noise, ratio, tol=tol,
             max_iter=max_iter, start=warm, order=order,
         )
+        result = solution.run
         st = result.state
         if result.stop_reason == "tol":
             previous = (ratio, st)
@@ -355,6 +364,7 @@ def replica_tap(
             "field_mean": moments.mean,
             "field_var": moments.var,
             "n_iter": result.n_iter,
+            "n_iter_coarse": solution.coarse_iter,
             "mismatch": err,
             "stopped_on_tol": result.stop_reason == "tol" and bool(np.isfinite(err)),
             "trace": result.infos.mismatch,
@@ -429,6 +439,7 @@ def replica_tap(
         efron632=efron632(eps_n, err_train),
         efron632_plus=efron632_plus(eps_n, err_train, no_info),
         n_iter=np.array([r["n_iter"] for r in rows_kept]),
+        n_iter_coarse=np.array([r["n_iter_coarse"] for r in rows_kept]),
         mismatch=mismatch,
         converged=converged,
         trace=tuple(r["trace"] for r in rows_kept),

@@ -35,8 +35,9 @@ factorisation and none is computed at the point where the iteration stops):
 * below it, the trial point is the Newton point (``Lambda`` projected onto ``>= 0``, and
   ``lam`` onto ``<= 0`` for the hard margin), accepted only if its mismatch is smaller than
   the current one; otherwise damped sweeps follow from the current point until the mismatch
-  has halved (Wisconsin at S/N = 2.5-3.5 has such a region, where Newton points fail many
-  times in a row).
+  has halved or ``2^k`` of them have run after the ``k``-th rejection in a row (Wisconsin at
+  S/N = 2.5-3.5 has a region where Newton points fail many times in a row and the damped
+  sweeps crawl).
 
 The iteration therefore never ends at a worse point than the damped one would, and it stops
 at a point whose own mismatch is below ``tol``, i.e. at the same fixed point as
@@ -156,6 +157,12 @@ class NewtonState(NamedTuple):
         Mismatch below which the next Newton point is tried: ``switch``, or half the mismatch
         at the last rejection (damped sweeps until the mismatch has halved, so that a region
         where Newton steps fail costs at most one extra factorisation per halving).
+    failures : () int
+        Newton points rejected in a row.
+    patience : () int
+        Damped sweeps left until a Newton point is tried again even if the mismatch has not
+        halved: ``2^failures`` after a rejection (where the damped sweeps stall, as on
+        Wisconsin at S/N = 2.5, Newton is retried at exponentially growing intervals).
     """
 
     Lambda: jnp.ndarray
@@ -169,6 +176,8 @@ class NewtonState(NamedTuple):
     eta: jnp.ndarray
     rejected: jnp.ndarray
     threshold: jnp.ndarray
+    failures: jnp.ndarray
+    patience: jnp.ndarray
 
     nonfinite_ok = ("mismatch", "prev", "threshold")  # inf until evaluated / first rejection
 
@@ -320,7 +329,8 @@ def init(_config, _key, data: TAPData, start: TAPState) -> NewtonState:
     return NewtonState(
         start.Lambda, start.gamma, start.lam, theta, jnp.zeros((n, n), data.K.dtype),
         Marginals(zeros, zeros, zeros, zeros, zeros), inf, inf,
-        jnp.asarray(start.eta, theta.dtype), jnp.asarray(True), inf,
+        jnp.asarray(start.eta, theta.dtype), jnp.asarray(True), inf, jnp.asarray(0, jnp.int32),
+        jnp.asarray(0, jnp.int32),
     )
 
 
@@ -337,6 +347,7 @@ def restart(config: NewtonConfig, state: NewtonState, data: TAPData) -> NewtonSt
     return state._replace(
         swept=swept, mismatch=mismatch(moments, tilted), prev=inf,
         eta=jnp.asarray(0.5, swept.dtype), rejected=jnp.asarray(False), threshold=inf,
+        failures=jnp.asarray(0, jnp.int32), patience=jnp.asarray(0, jnp.int32),
     )
 
 
@@ -345,7 +356,8 @@ def step(config: NewtonConfig, _key, state: NewtonState, data: TAPData):
     acceptance; the info is the mismatch of the point kept."""
     n = state.Lambda.shape[0]
     theta = jnp.concatenate([state.Lambda, state.gamma, state.lam])
-    use_newton = (state.mismatch < jnp.minimum(state.threshold, config.switch)) & ~state.rejected
+    ready = (state.mismatch < state.threshold) | (state.patience <= 0)
+    use_newton = (state.mismatch < config.switch) & ready & ~state.rejected
     eta = damping(config.tap, state.eta, state.mismatch, state.prev)
     trial = jax.lax.cond(
         use_newton,
@@ -356,9 +368,15 @@ def step(config: NewtonConfig, _key, state: NewtonState, data: TAPData):
     accept = ~use_newton | (err < state.mismatch)
     moved = NewtonState(
         trial[:n], trial[n : 2 * n], trial[2 * n :], swept, G, marginals, err,
-        state.mismatch, jnp.where(use_newton, state.eta, eta), jnp.asarray(False), state.threshold,
+        state.mismatch, jnp.where(use_newton, state.eta, eta), jnp.asarray(False),
+        state.threshold, jnp.where(use_newton, 0, state.failures),
+        state.patience - jnp.where(use_newton, 0, 1),
     )
-    kept = state._replace(rejected=jnp.asarray(True), threshold=0.5 * state.mismatch)
+    failures = state.failures + 1
+    kept = state._replace(
+        rejected=jnp.asarray(True), threshold=0.5 * state.mismatch, failures=failures,
+        patience=2 ** jnp.minimum(failures, 20),
+    )
     # one conditional for the whole state (a select per field costs compile time)
     new_state = jax.lax.cond(accept, lambda: moved, lambda: kept)
     return new_state, TAPInfo(new_state.mismatch, new_state.eta)

@@ -140,9 +140,12 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     coarse solve fails. Returns the sites and the factorisations the coarse solves took."""
     n = len(y)
     m = coarse_size(n)
-    spec = (_spec_start(tap_data(K, y, config.model, C, noise, ratio)), 0)
+
+    def spec():
+        return _spec_start(tap_data(K, y, config.model, C, noise, ratio)), 0
+
     if m is None:
-        return spec
+        return spec()
     order = boundary_order(K, y, config.model) if order is None else order
     subset, rest = np.sort(order[:m]), np.sort(order[m:])
     K_sub = K[np.ix_(subset, subset)]
@@ -150,9 +153,9 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
         coarse = solve_ratio(K_sub, y[subset], config, C, noise, ratio, tol=COARSE_TOL,
                              max_iter=max_iter)
     except FloatingPointError:
-        return spec
+        return spec()
     if coarse.run.stop_reason != "tol":
-        return spec
+        return spec()
     spent = coarse.run.n_iter + coarse.coarse_iter
     state = coarse.run.state
     inner = (state.Lambda, state.gamma, state.lam)
@@ -167,7 +170,7 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
         full[subset], full[rest] = np.asarray(a), np.asarray(b)
         sites.append(jnp.asarray(full))
     if not all(np.all(np.isfinite(np.asarray(v))) for v in sites):
-        return spec
+        return spec()
     return tap.TAPState(*sites, jnp.asarray(0.5), jnp.asarray(jnp.inf)), spent
 
 

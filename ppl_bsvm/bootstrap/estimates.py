@@ -98,7 +98,7 @@ def approximate_loo(K, y, alpha):
     return float(np.mean(margin < 0)), margin
 
 
-def fit_on_all(K, y, variant, *, bias: bool = False):
+def fit_on_all(K, y, variant, *, bias: bool = False, warm_support=None):
     """The machine trained on all data, its training error and the no-information rate.
 
     Parameters
@@ -109,6 +109,9 @@ def fit_on_all(K, y, variant, *, bias: bool = False):
         ``kind`` in {"hard", "soft", "regression"}, ``C``, ``noise``.
     bias : bool, default=False
         SVM with a bias term (scikit-learn ``SVC``, ``C = 1e6`` for the hard margin).
+    warm_support : ndarray (n,) of bool, optional
+        Guessed support vectors for the active-set solver of the SVM without bias (the
+        solution does not depend on it, only the number of active-set changes).
 
     Returns
     -------
@@ -125,5 +128,5 @@ def fit_on_all(K, y, variant, *, bias: bool = False):
     if bias:
         sol = svm_with_bias(K, y, C=1e6 if C is None else C)
     else:
-        sol = svm_without_bias(K, y, C=C)
+        sol = svm_without_bias(K, y, C=C, warm_support=warm_support)
     return sol, float(np.mean(y * sol.field <= 0)), no_information_rate(y, sol.field)

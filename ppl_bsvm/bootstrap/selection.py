@@ -30,7 +30,8 @@ from .._runtime import entry_point
 from ..kernels import DEFAULT_JITTER, Kernel, gram
 from . import tap, tap_gradient
 from ._setup import BIAS_FACTOR, check_ratios, make_setup, resolve_variant
-from .theory import n_copies_for, oob_loss
+from .tap_solve import n_copies_for
+from .theory import oob_loss
 
 __all__ = ["Objective", "SelectionResult", "make_objective", "select_hyperparameters"]
 

@@ -31,15 +31,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
+from scipy.special import ndtr as scipy_ndtr
 
 from .._checks import positive_float, positive_int
 from .._runtime import entry_point
 from ..data import BinaryLabels
 from ..exceptions import ConvergenceWarning
-from ..inference.loop import run
 from ..kernels import DEFAULT_JITTER
-from . import tap, tap_newton
-from ._setup import Setup, Variant, check_ratios, make_setup, resolve_variant
+from . import tap, tap_newton, tap_solve
+from ._setup import check_ratios, make_setup, resolve_variant
 from .estimates import approximate_loo, efron632, efron632_plus, fit_on_all
 from .svm import SVMSolution
 
@@ -91,8 +91,12 @@ class BootstrapResult:
     efron632, efron632_plus : float
         Efron's .632 and .632+ estimates of the generalisation error.
     n_iter : ndarray (R,) of int
-        Factorisations of the fixed-point solver (damped sweeps and Newton steps, the start's
-        evaluation included; :mod:`ppl_bsvm.bootstrap.tap_newton`).
+        Factorisations of the ``N x N`` problem by the fixed-point solver (damped sweeps and
+        Newton steps, the start's evaluation included; :mod:`ppl_bsvm.bootstrap.tap_newton`).
+    n_iter_coarse : ndarray (R,) of int
+        Factorisations of the smaller problems that built a cold start (of size
+        :func:`tap_solve.coarse_size`; 0 when the ratio started from a nearby fixed point or
+        from spec 5.3; :mod:`ppl_bsvm.bootstrap.tap_solve`).
     mismatch : ndarray (R,)
         Moment mismatch (T1 against T3; spec 5.2) of the returned sites: below ``tol`` when
         converged (the solver stops at a point whose own mismatch is below it).
@@ -140,6 +144,7 @@ class BootstrapResult:
     efron632: float
     efron632_plus: float
     n_iter: np.ndarray
+    n_iter_coarse: np.ndarray
     mismatch: np.ndarray
     converged: np.ndarray
     trace: tuple
@@ -184,8 +189,11 @@ class BootstrapResult:
                 "regression": f"GP regression (noise={self.noise:g})"}[self.model]
         lines = [f"BootstrapResult: replica-TAP bootstrap of the {name}"
                  + (f" with bias (b0={self.bias:g})" if self.bias else " without bias")]
-        for r, e, n, c in zip(self.sample_ratio, self.error, self.n_iter, self.converged):
-            lines.append(f"  S/N={r:<6g} error={e:.5f}  sweeps={n}{'' if c else '  NOT CONVERGED'}")
+        for r, e, n, nc, c in zip(self.sample_ratio, self.error, self.n_iter,
+                                  self.n_iter_coarse, self.converged):
+            coarse = f" (+{nc} coarse)" if nc else ""
+            lines.append(f"  S/N={r:<6g} error={e:.5f}  factorisations={n}{coarse}"
+                         f"{'' if c else '  NOT CONVERGED'}")
         if np.isfinite(self.loo):
             lines.append(f"  S/N=inf   error={self.loo:.5f}  (approximate leave-one-out, Eq. 20)")
         lines.append(f"  .632: {self.efron632:.5f}   .632+: {self.efron632_plus:.5f}")
@@ -195,64 +203,19 @@ class BootstrapResult:
         return self.summary()
 
 
-def _tap_data(setup: Setup, variant: Variant, ratio: float) -> tap.TAPData:
-    return tap.TAPData(
-        jnp.asarray(setup.K),
-        jnp.asarray(setup.y),
-        jnp.asarray(ratio, dtype=jnp.float64),
-        jnp.asarray(variant.C if variant.kind == "soft" else 1.0, dtype=jnp.float64),
-        jnp.asarray(variant.noise if variant.kind == "regression" else 1.0, dtype=jnp.float64),
-    )
+@jax.jit
+def _test_fields(K, Lambda, gamma, lam, K_test, k_diag):
+    """Eq. 19 at the test inputs (one more factorisation, only when there are test inputs)."""
+    return tap.fields_at(tap.factor(K, Lambda, gamma, lam), K, K_test, k_diag)
 
 
-def n_copies_for(ratio_max: float, kind: str) -> int:
-    """Poisson truncation for the soft-margin and regression sums: tail below ~1e-12."""
-    if kind == "hard":
-        return 0
-    return int(np.ceil(ratio_max + 8.0 * np.sqrt(ratio_max) + 12.0))
-
-
-def _outputs(config, Lambda, gamma, lam, data, K_test, k_diag):
-    moments, fac, G, binv_diag = tap.model_moments(data.K, Lambda, gamma, lam)
-    cav = tap.cavity(moments, fac, G, binv_diag, lam)
-    tilted, _ = tap.tilted_and_sites(config, cav, data)
-    err = tap.mismatch(moments, tilted)
-    test = None if K_test is None else tap.fields_at(fac, data.K, K_test, k_diag)
-    return moments, cav, err, test
-
-
-_outputs_jit = jax.jit(_outputs, static_argnums=0)
-
-
-def oob_loss(kind: str, y, mean, var):
+def oob_loss(kind: str, y, mean, var, ndtr=ndtr):
     """Out-of-bag loss of a Gaussian output ``N(mean, var)``: ``Phi(-y mean / sqrt(var))``
-    (0/1 loss) or ``(y - mean)^2 + var`` (squared loss, regression)."""
+    (0/1 loss) or ``(y - mean)^2 + var`` (squared loss, regression). ``ndtr`` is JAX's by
+    default (traceable); pass scipy's for numpy arrays."""
     if kind == "regression":
         return (y - mean) ** 2 + var
-    return ndtr(-y * mean / jnp.sqrt(var))
-
-
-_WARM_RATIO = 2.0
-"""A fixed point at ``S/N = r`` starts the solve at ``r'`` when ``r < r' <= 2 r`` (the
-learning curve is solved in increasing ``S/N``); farther ratios start from spec 5.3."""
-
-
-def _solve_one(setup, variant, config, ratio, omega, start, *, tol, max_iter):
-    """The fixed point at one ``S/N`` by the safeguarded Newton-Krylov solver
-    (:mod:`tap_newton`), from ``start`` (sites of a nearby ratio) or the start of spec 5.3."""
-    data = _tap_data(setup, variant, ratio)
-    if start is None:
-        start = tap.init(None, None, data, tap.TAPStart(omega=omega))
-    newton = tap_newton.NewtonConfig(config)
-    result = run(
-        tap_newton.step, tap_newton.init(newton, None, data, start), data, static=newton,
-        max_iter=max_iter, tol=tol, converged=tap.converged,
-    )
-    K_test = None if setup.K_test is None else jnp.asarray(setup.K_test)
-    k_diag = None if setup.k_test_diag is None else jnp.asarray(setup.k_test_diag)
-    st = result.state
-    out = _outputs_jit(config, st.Lambda, st.gamma, st.lam, data, K_test, k_diag)
-    return result, out
+    return ndtr(-y * mean / var**0.5)
 
 
 @entry_point
@@ -367,47 +330,59 @@ def replica_tap(
     if max_damping > 1.0:
         raise ValueError(f"max_damping must be in (0, 1], got {max_damping}")
     config = tap.TAPConfig(
-        variant.kind, n_copies_for(float(all_ratios.max()), variant.kind), max(max_damping, 0.05)
+        variant.kind, tap_solve.n_copies_for(float(all_ratios.max()), variant.kind),
+        max(max_damping, 0.05),
     )
-    y_j = jnp.asarray(setup.y)
-    omega = jnp.linalg.eigvalsh(jnp.asarray(setup.K))  # start values of every ratio (5.3)
+    n = setup.y.shape[0]
     rows, seconds = [None] * all_ratios.size, [0.0] * all_ratios.size
     previous = None  # (ratio, sites) of the last fixed point reached
+    order = None  # the points nearest the decision boundary first, for cold starts
     for index in np.argsort(all_ratios, kind="stable"):
         ratio = float(all_ratios[index])
         t0 = time.perf_counter()
         warm = None
-        if previous is not None and ratio <= _WARM_RATIO * previous[0]:
+        if previous is not None and ratio <= tap_solve.WARM_RATIO * previous[0]:
             warm = previous[1]
-        result, (moments, cav, err, test) = _solve_one(
-            setup, variant, config, ratio, omega, warm, tol=tol, max_iter=max_iter
+        elif order is None and tap_solve.coarse_size(n) is not None:
+            order = tap_solve.boundary_order(setup.K, setup.y, variant.kind)
+        solution = tap_solve.solve_ratio(
+            setup.K, setup.y, config, variant.C, variant.noise, ratio, tol=tol,
+            max_iter=max_iter, start=warm, order=order,
         )
+        result = solution.run
+        st = result.state
         if result.stop_reason == "tol":
-            st = result.state
-            previous = (ratio, tap.TAPState(st.Lambda, st.gamma, st.lam, jnp.asarray(0.5), st.mismatch))
-        per_point = oob_loss(variant.kind, y_j, cav.mean, cav.var)
+            previous = (ratio, st)
+        moments, cav = tap_newton.outputs(jax.device_get(st._replace(G=None)))
+        err = float(st.mismatch)
+        per_point = oob_loss(variant.kind, setup.y, cav.mean, cav.var, ndtr=scipy_ndtr)
         row = {
-            "error": float(jnp.mean(per_point)),
-            "error_per_point": np.asarray(per_point),
-            "oob_mean": np.asarray(cav.mean),
-            "oob_var": np.asarray(cav.var),
-            "field_mean": np.asarray(moments.mean),
-            "field_var": np.asarray(moments.var),
+            "error": float(np.mean(per_point)),
+            "error_per_point": per_point,
+            "oob_mean": cav.mean,
+            "oob_var": cav.var,
+            "field_mean": moments.mean,
+            "field_var": moments.var,
             "n_iter": result.n_iter,
-            "mismatch": float(err),
+            "n_iter_coarse": solution.coarse_iter,
+            "mismatch": err,
             "stopped_on_tol": result.stop_reason == "tol" and bool(np.isfinite(err)),
             "trace": result.infos.mismatch,
-            "Lambda": np.asarray(result.state.Lambda),
-            "gamma": np.asarray(result.state.gamma),
-            "lam": np.asarray(result.state.lam),
+            "Lambda": np.asarray(st.Lambda),
+            "gamma": np.asarray(st.gamma),
+            "lam": np.asarray(st.lam),
         }
-        if test is not None:
-            row["test_mean"] = np.asarray(test.mean)
-            row["test_var"] = np.asarray(test.var)
+        if setup.K_test is not None:
+            test = jax.device_get(_test_fields(
+                jnp.asarray(setup.K), st.Lambda, st.gamma, st.lam, jnp.asarray(setup.K_test),
+                jnp.asarray(setup.k_test_diag),
+            ))
+            row["test_mean"] = test.mean
+            row["test_var"] = test.var
             if setup.y_test is not None:
-                row["test_error"] = float(
-                    jnp.mean(oob_loss(variant.kind, jnp.asarray(setup.y_test), test.mean, test.var))
-                )
+                row["test_error"] = float(np.mean(
+                    oob_loss(variant.kind, setup.y_test, test.mean, test.var, ndtr=scipy_ndtr)
+                ))
         rows[index] = row
         seconds[index] = time.perf_counter() - t0
     keep = slice(0, ratios.size)
@@ -428,7 +403,11 @@ def replica_tap(
             ConvergenceWarning,
             stacklevel=3,  # the caller of the x64 wrapper
         )
-    machine, err_train, no_info = fit_on_all(setup.K, setup.y, variant)
+    # the SVM on all data, warm-started from the points whose out-of-bag field lies inside
+    # the margin at S = N (its active-set solver then needs a few swaps instead of one
+    # iteration per support vector: 300 ms -> 10-40 ms on Pima)
+    guess = setup.y * at_n["oob_mean"] < 1.0 if variant.kind != "regression" else None
+    machine, err_train, no_info = fit_on_all(setup.K, setup.y, variant, warm_support=guess)
     loo, loo_margin = np.nan, None
     if variant.kind == "hard":
         loo, loo_margin = approximate_loo(setup.K, setup.y, machine.alpha)
@@ -436,7 +415,7 @@ def replica_tap(
     if setup.K_test is not None:
         test_mean, test_var = stack("test_mean"), stack("test_var")
         if variant.kind != "regression":
-            test_neg = np.asarray(ndtr(-test_mean / np.sqrt(test_var)))
+            test_neg = scipy_ndtr(-test_mean / np.sqrt(test_var))
         if setup.y_test is not None:
             test_error = np.array([r["test_error"] for r in rows_kept])
     eps_n = at_n["error"]
@@ -460,6 +439,7 @@ def replica_tap(
         efron632=efron632(eps_n, err_train),
         efron632_plus=efron632_plus(eps_n, err_train, no_info),
         n_iter=np.array([r["n_iter"] for r in rows_kept]),
+        n_iter_coarse=np.array([r["n_iter_coarse"] for r in rows_kept]),
         mismatch=mismatch,
         converged=converged,
         trace=tuple(r["trace"] for r in rows_kept),

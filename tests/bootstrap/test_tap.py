@@ -6,6 +6,8 @@ training input with its site removed against its cavity, the S/N = 30 limit agai
 all data and Eq. 20, and independence of the start values.
 """
 
+from fractions import Fraction
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -139,6 +141,46 @@ def test_closed_form_site_update_equals_subtraction_form(delta, ratio):
     np.testing.assert_allclose(closed[0], Lambda, rtol=1e-9, atol=1e-12 * scale)
     np.testing.assert_allclose(closed[1], gamma, rtol=1e-9, atol=1e-12 * scale)
     np.testing.assert_allclose(closed[2], lam, rtol=1e-7, atol=1e-10 * scale**2)
+
+
+def _exact_inverse(A):
+    """Inverse of a square matrix of Fractions by Gauss-Jordan elimination (exact)."""
+    n = len(A)
+    M = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(A)]
+    for col in range(n):
+        piv = next(r for r in range(col, n) if M[r][col] != 0)
+        M[col], M[piv] = M[piv], M[col]
+        inv = 1 / M[col][col]
+        M[col] = [v * inv for v in M[col]]
+        for r in range(n):
+            if r != col and M[r][col] != 0:
+                f = M[r][col]
+                M[r] = [v - f * w for v, w in zip(M[r], M[col])]
+    return [row[n:] for row in M]
+
+
+def test_model_moments_match_exact_rational_arithmetic(crabs):
+    """T1 against ``G = (K^-1 + diag Lambda)^-1`` in exact arithmetic, with sites from 0 to
+    1e12 (small, mixed and clamping pairs of entries): every entry of ``G`` to 1e-10 of
+    ``sqrt(G_ii G_jj)``, ``chi`` and ``diag(B^-1) = 1 - Lambda_i G_ii`` relatively to 1e-10."""
+    X, _ = crabs
+    idx = np.arange(0, 200, 17)[:12]
+    K = np.asarray(_kernel_matrix(X[idx], 3.0))
+    Lambda = np.array([0.0, 1e-12, 1e-6, 1e-3, 0.1, 0.9, 1.0, 3.0, 1e2, 1e5, 1e9, 1e12])
+    Lambda = Lambda / np.diag(K)
+    Kf = [[Fraction(float(v)) for v in row] for row in K]
+    A = _exact_inverse(Kf)
+    for i, v in enumerate(Lambda):
+        A[i][i] += Fraction(float(v))
+    G_exact = _exact_inverse(A)
+    G_ref = np.array([[float(v) for v in row] for row in G_exact])
+    binv_ref = np.array([float(1 - Fraction(float(Lambda[i])) * G_exact[i][i]) for i in range(12)])
+    zeros = jnp.zeros(12)
+    moments, _, G, binv = jax.jit(tap.model_moments)(jnp.asarray(K), jnp.asarray(Lambda), zeros, zeros)
+    scale = np.sqrt(np.outer(np.diag(G_ref), np.diag(G_ref)))
+    assert np.max(np.abs(np.asarray(G) - G_ref) / scale) < 1e-10
+    np.testing.assert_allclose(np.asarray(moments.chi), np.diag(G_ref), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(binv), binv_ref, rtol=1e-10)
 
 
 @jax.jit

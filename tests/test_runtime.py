@@ -212,29 +212,47 @@ def test_iteration_cap_warns_and_names_the_option(toy2d):
         assert ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10).stop_reason == "tol"
 
 
-def _run_with_progress(monkeypatch, progress_bar, **env):
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(_progress, "DELAY", 0.0)
-    X, y = _problem(60)
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10, progress_bar=progress_bar)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=20, num_warmup=20,
-                         num_chains=2, progress_bar=progress_bar)
-    return stderr.getvalue()
+_PROGRESS_PROBE = """
+import contextlib, io, json, warnings
+import numpy as np
+import ppl_bsvm
+from ppl_bsvm import _progress
+_progress.DELAY = 0.0
+r = np.random.default_rng(0)
+X = r.standard_normal((60, 3))
+y = np.where(X[:, 0] - X[:, 1] + 0.5 * r.standard_normal(60) > 0, 1.0, -1.0)
+stderr = io.StringIO()
+with contextlib.redirect_stderr(stderr):
+    ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10, progress_bar={progress_bar})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=20, num_warmup=20,
+                     num_chains=2, progress_bar={progress_bar})
+print(json.dumps(stderr.getvalue()))
+"""
 
 
-def test_progress_bars_are_shown_when_asked(monkeypatch):
-    shown = _run_with_progress(monkeypatch, True)
+def _run_with_progress(progress_bar, **env):
+    """The two fits' progress output, in a fresh interpreter.
+
+    In-process, this test crashed the pytest-xdist worker in three of three cold-cache runs of
+    the whole suite (a segmentation fault or abort inside JAX's ``executable.serialize()`` while
+    writing the Gibbs program to the persistent cache, after hundreds of other tests in the
+    same process), never alone or in smaller groups; a fresh process keeps what is tested, the
+    bars, apart from that unexplained state (see the closing note of 2026-11-27).
+    """
+    env = {"CI": "", **env}
+    return _python(_PROGRESS_PROBE.format(progress_bar=progress_bar), **env)
+
+
+def test_progress_bars_are_shown_when_asked():
+    shown = _run_with_progress(True)
     assert "gp/ecm" in shown and "linear/gibbs" in shown
 
 
 @pytest.mark.parametrize("progress_bar, env", [(False, {}), (None, {"CI": "true"})])
-def test_no_progress_bar_when_turned_off_or_nobody_watches(monkeypatch, progress_bar, env):
-    assert _run_with_progress(monkeypatch, progress_bar, **env) == ""
+def test_no_progress_bar_when_turned_off_or_nobody_watches(progress_bar, env):
+    assert _run_with_progress(progress_bar, **env) == ""
 
 
 def test_progress_bar_clock_starts_after_the_first_segment():

@@ -1,8 +1,11 @@
 """Malzahn & Opper (NIPS 2003) Fig. 1: bootstrap learning curves of the hard-margin SVM,
 replica-TAP theory against the Monte-Carlo bootstrap.
 
-Run ``python -m benchmarks.bootstrap_fig1`` (``--quick`` for a smoke run). Writes to
-``reports/bootstrap_fig1/``:
+Run ``python -m benchmarks.bootstrap_fig1`` (``--quick`` for a smoke run; ``--theory-only``
+for the theory at S = N alone on the four data sets against the Monte-Carlo figures of the
+committed full run, under a minute, which writes nothing unless ``--out`` is given). Compile
+times are those of a first use: the run points JAX's compilation cache at an empty temporary
+directory (``--warm-cache`` keeps the cache as found). Writes to ``reports/bootstrap_fig1/``:
 
 - ``fig1_learning_curves.png``: eps(S) for S/N in [0.25, 4] on Wisconsin (N=683), Pima (532),
   Sonar (208) and Crabs (200); theory as lines, Monte Carlo as points with 2-standard-error

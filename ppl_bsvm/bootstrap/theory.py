@@ -279,8 +279,8 @@ def replica_tap(
     max_iter : int, default=5000
         Cap on the factorisations per ratio.
     max_damping : float, default=1.0
-        Largest damping ``eta`` of the adaptive rule of the damped sweeps that bring the
-        iteration near the fixed point (in (0, 1]; the spec's 0.5 is the conservative choice).
+        Largest damping ``eta`` of the adaptive rule of the damped sweeps that take over where
+        Newton steps fail (in (0, 1]; the spec's 0.5 is the conservative choice).
     positive : label, optional
         Which label is the positive class.
 
@@ -290,15 +290,21 @@ def replica_tap(
 
     Notes
     -----
-    The fixed point is found by damped sweeps (spec 5.2) until the moment mismatch falls
-    below 0.5, then by safeguarded Newton-Krylov steps (:mod:`ppl_bsvm.bootstrap.tap_newton`,
-    quadratic convergence); each costs a Cholesky factorisation and a few ``N x N`` products
-    (``O(N^3)``), about 10-25 of them from the spec's start. A learning curve is solved in
-    increasing ``S/N``, each ratio started from the fixed point of the one below when it is
-    at most twice as large (typically 3-6 factorisations each). One compiled program per
-    ``N`` serves every ratio and later calls. The approximation assumes each output is influenced by many
-    inputs: it degrades for narrow kernels, and with few support vectors the out-of-bag
-    variances are off even when the error is accurate (spec section 7). The soft margin with
+    The fixed point is found by safeguarded Newton-Krylov steps
+    (:mod:`ppl_bsvm.bootstrap.tap_newton`, quadratic convergence), with damped sweeps (spec
+    5.2) where Newton steps fail; each step costs a Cholesky factorisation and two ``N x N``
+    products (``O(N^3)``). Without a nearby fixed point the solve starts from the fixed point
+    of a coarse problem (the bootstrap of the points nearest the decision boundary, at most
+    half of them) extended to the other points by Eq. 19 (:mod:`ppl_bsvm.bootstrap.tap_solve`):
+    4-7 factorisations of the full problem at ``S = N`` on the benchmark's data sets. A
+    learning curve is solved in increasing ``S/N``, each ratio started from the fixed point of
+    the one below when it is at most twice as large, the first step being the Newton predictor
+    from there (typically 4-8 factorisations each; more in regions where Newton steps fail,
+    e.g. Wisconsin at ``S/N = 2.5``). One compiled program per ``N`` (and one per coarse size,
+    shared by all data sets) serves every ratio and later calls. The approximation assumes
+    each output is influenced by many inputs: it degrades for narrow kernels, and with few
+    support vectors the out-of-bag variances are off even when the error is accurate (spec
+    section 7). The soft margin with
     a broad kernel and a small ``C`` (most points at the bound) came out 10-15 % low against
     the Monte Carlo in our runs (``reports/bootstrap_fig1``); always check a new setting with
     :func:`monte_carlo`.

@@ -34,10 +34,10 @@ import functools
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from .._jax import to_device
 from ..inference.loop import RunResult, run
 from . import tap, tap_newton
 
@@ -88,11 +88,11 @@ def tap_data(K, y, kind: str, C: float, noise: float, ratio: float) -> tap.TAPDa
     """The traced inputs of the solver (``C`` and ``noise`` are ignored by the models that do
     not use them)."""
     return tap.TAPData(
-        jnp.asarray(K, dtype=jnp.float64),
-        jnp.asarray(y, dtype=jnp.float64),
-        jnp.asarray(ratio, dtype=jnp.float64),
-        jnp.asarray(C if kind == "soft" else 1.0, dtype=jnp.float64),
-        jnp.asarray(noise if kind == "regression" else 1.0, dtype=jnp.float64),
+        to_device(K, np.float64),
+        to_device(y, np.float64),
+        to_device(ratio, np.float64),
+        to_device(C if kind == "soft" else 1.0, np.float64),
+        to_device(noise if kind == "regression" else 1.0, np.float64),
     )
 
 
@@ -161,17 +161,17 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     inner = (state.Lambda, state.gamma, state.lam)
     outer = extend(
         config, tap_data(K_sub, y[subset], config.model, C, noise, ratio), inner,
-        jnp.asarray(K[np.ix_(subset, rest)]), jnp.asarray(np.diag(K)[rest]),
+        to_device(K[np.ix_(subset, rest)]), to_device(np.diag(K)[rest]),
         tap_data(np.zeros((0, 0)), y[rest], config.model, C, noise, ratio),
     )
     sites = []
     for a, b in zip(inner, outer):
         full = np.empty(n)
         full[subset], full[rest] = np.asarray(a), np.asarray(b)
-        sites.append(jnp.asarray(full))
-    if not all(np.all(np.isfinite(np.asarray(v))) for v in sites):
+        sites.append(full)
+    if not all(np.all(np.isfinite(v)) for v in sites):
         return spec()
-    return tap.TAPState(*sites, jnp.asarray(0.5), jnp.asarray(jnp.inf)), spent
+    return tap.TAPState(*map(to_device, sites), to_device(0.5), to_device(np.inf)), spent
 
 
 def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float, *,
@@ -191,6 +191,9 @@ def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: floa
             start, spent = cold_start(K, y, config, C, noise, ratio, max_iter=max_iter,
                                       order=order)
         state = tap_newton.init(newton, None, data, start)
+    # committed to the device either way: a restarted state (the output of a compiled
+    # program) is, a new one would not be, and the loop's program would compile twice
+    state = jax.device_put(state, jax.devices()[0])
     result = run(tap_newton.step, state, data, static=newton, max_iter=max_iter, tol=tol,
                  converged=tap.converged)
     return Solution(result, spent)

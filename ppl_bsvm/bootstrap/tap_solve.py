@@ -14,18 +14,20 @@ start is built on a smaller problem first (:func:`cold_start`):
    boundary, where the support vectors and the large sites lie (regression: every k-th point);
 2. solve the fixed point at the same ``S/N`` on the ``m`` points with the smallest margins (the
    bootstrap of that subset), ``m`` the largest of :data:`SIZES` up to
-   :data:`COARSE_FRACTION` of ``N``, itself started the same way (so every level costs a few
-   per cent of a factorisation of the level above), to the loose tolerance
-   :data:`COARSE_TOL`;
-3. start the full problem from those sites, with no site on the other points.
+   :data:`COARSE_FRACTION` of ``N`` (itself started the same way where it is large enough),
+   to the loose tolerance :data:`COARSE_TOL`;
+3. extend it to the other points (:func:`extend`): their cavity is the coarse Gaussian
+   model's marginal at their inputs (Eq. 19), and T3/T4 give their sites.
 
-The full problem then needs 4-7 factorisations on the benchmark's data (Wisconsin 17 -> 5 at
-S = N). Sizes come from a fixed ladder so that the coarse programs are shared by all data sets
-(and kept on disk by the compilation cache). Below ``MIN_COARSE / COARSE_FRACTION`` points, or
-if a coarse solve fails, the start is that of spec 5.3. A learning curve is solved in
+The full problem then needs 4-5 factorisations at S = N on the benchmark's Wisconsin and Pima
+(from 17 and 13), for 7-14 factorisations of the 256-point problem (each about 5 % of a full
+one at N = 683). Sizes come from a fixed ladder so that the coarse programs are shared by all
+data sets (and kept on disk by the compilation cache). Below ``2 * SIZES[0]`` points the start
+is that of spec 5.3 (a few tens of factorisations of a small problem); so it is where the
+coarse iteration has not converged within :data:`COARSE_BUDGET`. A learning curve is solved in
 increasing ``S/N``, each ratio started from the fixed point of the ratio below when that is at
-least half as large (:data:`WARM_RATIO`); its first step is then the Newton step from there,
-which is the predictor along the curve.
+least half as large (:data:`WARM_RATIO`), through :func:`tap_newton.restart`: its first step is
+then the Newton step from the old fixed point, which is the predictor along the curve.
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ COARSE_FRACTION = 0.5
 """A coarse problem has at most this fraction of the points of the level above."""
 COARSE_TOL = 1e-3
 """Moment mismatch to which the coarse problems are solved (the full solve takes over)."""
+COARSE_BUDGET = 20.0
+"""Most factorisations of a coarse problem, in units of the full problem's cost
+``(N / m)^3``: where the coarse iteration crawls (Wisconsin's 256 points at S/N = 3 take 260,
+the cost of 14 full ones, and the full problem then 11), it is given up for the start of spec
+5.3 (a coarse start that has not converged is a worse start than that)."""
 RIDGE = 0.1
 """Ridge of the regression that ranks the points, relative to the mean of ``diag K``."""
 WARM_RATIO = 2.0
@@ -141,8 +148,8 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     n = len(y)
     m = coarse_size(n)
 
-    def spec():
-        return _spec_start(tap_data(K, y, config.model, C, noise, ratio)), 0
+    def spec(spent=0):
+        return _spec_start(tap_data(K, y, config.model, C, noise, ratio)), spent
 
     if m is None:
         return spec()
@@ -150,13 +157,14 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     subset, rest = np.sort(order[:m]), np.sort(order[m:])
     K_sub = K[np.ix_(subset, subset)]
     try:
+        budget = int(COARSE_BUDGET * (n / m) ** 3)
         coarse = solve_ratio(K_sub, y[subset], config, C, noise, ratio, tol=COARSE_TOL,
-                             max_iter=max_iter)
+                             max_iter=min(max_iter, budget))
     except FloatingPointError:
         return spec()
-    if coarse.run.stop_reason != "tol":
-        return spec()
     spent = coarse.run.n_iter + coarse.coarse_iter
+    if coarse.run.stop_reason != "tol":
+        return spec(spent)
     state = coarse.run.state
     inner = (state.Lambda, state.gamma, state.lam)
     outer = extend(
@@ -170,7 +178,7 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
         full[subset], full[rest] = np.asarray(a), np.asarray(b)
         sites.append(full)
     if not all(np.all(np.isfinite(v)) for v in sites):
-        return spec()
+        return spec(spent)
     return tap.TAPState(*map(to_device, sites), to_device(0.5), to_device(np.inf)), spent
 
 

@@ -296,7 +296,8 @@ def replica_tap(
     products (``O(N^3)``). Without a nearby fixed point the solve starts from the fixed point
     of a coarse problem (the bootstrap of the points nearest the decision boundary, at most
     half of them) extended to the other points by Eq. 19 (:mod:`ppl_bsvm.bootstrap.tap_solve`):
-    4-7 factorisations of the full problem at ``S = N`` on the benchmark's data sets. A
+    4-5 factorisations of the full problem at ``S = N`` on Wisconsin and Pima (N = 683, 532);
+    problems under 512 points start from spec 5.3 (Sonar and Crabs: 7 and 24). A
     learning curve is solved in increasing ``S/N``, each ratio started from the fixed point of
     the one below when it is at most twice as large, the first step being the Newton predictor
     from there (typically 4-8 factorisations each; more in regions where Newton steps fail,

@@ -14,18 +14,20 @@ start is built on a smaller problem first (:func:`cold_start`):
    boundary, where the support vectors and the large sites lie (regression: every k-th point);
 2. solve the fixed point at the same ``S/N`` on the ``m`` points with the smallest margins (the
    bootstrap of that subset), ``m`` the largest of :data:`SIZES` up to
-   :data:`COARSE_FRACTION` of ``N``, itself started the same way (so every level costs a few
-   per cent of a factorisation of the level above), to the loose tolerance
-   :data:`COARSE_TOL`;
-3. start the full problem from those sites, with no site on the other points.
+   :data:`COARSE_FRACTION` of ``N`` (itself started the same way where it is large enough),
+   to the loose tolerance :data:`COARSE_TOL`;
+3. extend it to the other points (:func:`extend`): their cavity is the coarse Gaussian
+   model's marginal at their inputs (Eq. 19), and T3/T4 give their sites.
 
-The full problem then needs 4-7 factorisations on the benchmark's data (Wisconsin 17 -> 5 at
-S = N). Sizes come from a fixed ladder so that the coarse programs are shared by all data sets
-(and kept on disk by the compilation cache). Below ``MIN_COARSE / COARSE_FRACTION`` points, or
-if a coarse solve fails, the start is that of spec 5.3. A learning curve is solved in
+The full problem then needs 4-5 factorisations at S = N on the benchmark's Wisconsin and Pima
+(from 17 and 13), for 7-14 factorisations of the 256-point problem (each about 5 % of a full
+one at N = 683). Sizes come from a fixed ladder so that the coarse programs are shared by all
+data sets (and kept on disk by the compilation cache). Below ``2 * SIZES[0]`` points the start
+is that of spec 5.3 (a few tens of factorisations of a small problem); so it is where the
+coarse iteration has not converged within :data:`COARSE_BUDGET`. A learning curve is solved in
 increasing ``S/N``, each ratio started from the fixed point of the ratio below when that is at
-least half as large (:data:`WARM_RATIO`); its first step is then the Newton step from there,
-which is the predictor along the curve.
+least half as large (:data:`WARM_RATIO`), through :func:`tap_newton.restart`: its first step is
+then the Newton step from the old fixed point, which is the predictor along the curve.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ import functools
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from .._jax import to_device
 from ..inference.loop import RunResult, run
 from . import tap, tap_newton
 
@@ -63,6 +65,11 @@ COARSE_FRACTION = 0.5
 """A coarse problem has at most this fraction of the points of the level above."""
 COARSE_TOL = 1e-3
 """Moment mismatch to which the coarse problems are solved (the full solve takes over)."""
+COARSE_BUDGET = 20.0
+"""Most factorisations of a coarse problem, in units of the full problem's cost
+``(N / m)^3``: where the coarse iteration crawls (Wisconsin's 256 points at S/N = 3 take 260,
+the cost of 14 full ones, and the full problem then 11), it is given up for the start of spec
+5.3 (a coarse start that has not converged is a worse start than that)."""
 RIDGE = 0.1
 """Ridge of the regression that ranks the points, relative to the mean of ``diag K``."""
 WARM_RATIO = 2.0
@@ -88,11 +95,11 @@ def tap_data(K, y, kind: str, C: float, noise: float, ratio: float) -> tap.TAPDa
     """The traced inputs of the solver (``C`` and ``noise`` are ignored by the models that do
     not use them)."""
     return tap.TAPData(
-        jnp.asarray(K, dtype=jnp.float64),
-        jnp.asarray(y, dtype=jnp.float64),
-        jnp.asarray(ratio, dtype=jnp.float64),
-        jnp.asarray(C if kind == "soft" else 1.0, dtype=jnp.float64),
-        jnp.asarray(noise if kind == "regression" else 1.0, dtype=jnp.float64),
+        to_device(K, np.float64),
+        to_device(y, np.float64),
+        to_device(ratio, np.float64),
+        to_device(C if kind == "soft" else 1.0, np.float64),
+        to_device(noise if kind == "regression" else 1.0, np.float64),
     )
 
 
@@ -141,8 +148,8 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     n = len(y)
     m = coarse_size(n)
 
-    def spec():
-        return _spec_start(tap_data(K, y, config.model, C, noise, ratio)), 0
+    def spec(spent=0):
+        return _spec_start(tap_data(K, y, config.model, C, noise, ratio)), spent
 
     if m is None:
         return spec()
@@ -150,28 +157,29 @@ def cold_start(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float
     subset, rest = np.sort(order[:m]), np.sort(order[m:])
     K_sub = K[np.ix_(subset, subset)]
     try:
+        budget = int(COARSE_BUDGET * (n / m) ** 3)
         coarse = solve_ratio(K_sub, y[subset], config, C, noise, ratio, tol=COARSE_TOL,
-                             max_iter=max_iter)
+                             max_iter=min(max_iter, budget))
     except FloatingPointError:
         return spec()
-    if coarse.run.stop_reason != "tol":
-        return spec()
     spent = coarse.run.n_iter + coarse.coarse_iter
+    if coarse.run.stop_reason != "tol":
+        return spec(spent)
     state = coarse.run.state
     inner = (state.Lambda, state.gamma, state.lam)
     outer = extend(
         config, tap_data(K_sub, y[subset], config.model, C, noise, ratio), inner,
-        jnp.asarray(K[np.ix_(subset, rest)]), jnp.asarray(np.diag(K)[rest]),
+        to_device(K[np.ix_(subset, rest)]), to_device(np.diag(K)[rest]),
         tap_data(np.zeros((0, 0)), y[rest], config.model, C, noise, ratio),
     )
     sites = []
     for a, b in zip(inner, outer):
         full = np.empty(n)
         full[subset], full[rest] = np.asarray(a), np.asarray(b)
-        sites.append(jnp.asarray(full))
-    if not all(np.all(np.isfinite(np.asarray(v))) for v in sites):
-        return spec()
-    return tap.TAPState(*sites, jnp.asarray(0.5), jnp.asarray(jnp.inf)), spent
+        sites.append(full)
+    if not all(np.all(np.isfinite(v)) for v in sites):
+        return spec(spent)
+    return tap.TAPState(*map(to_device, sites), to_device(0.5), to_device(np.inf)), spent
 
 
 def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: float, *,
@@ -191,6 +199,9 @@ def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: floa
             start, spent = cold_start(K, y, config, C, noise, ratio, max_iter=max_iter,
                                       order=order)
         state = tap_newton.init(newton, None, data, start)
+    # committed to the device either way: a restarted state (the output of a compiled
+    # program) is, a new one would not be, and the loop's program would compile twice
+    state = jax.device_put(state, jax.devices()[0])
     result = run(tap_newton.step, state, data, static=newton, max_iter=max_iter, tol=tol,
                  converged=tap.converged)
     return Solution(result, spent)

@@ -279,8 +279,8 @@ def replica_tap(
     max_iter : int, default=5000
         Cap on the factorisations per ratio.
     max_damping : float, default=1.0
-        Largest damping ``eta`` of the adaptive rule of the damped sweeps that bring the
-        iteration near the fixed point (in (0, 1]; the spec's 0.5 is the conservative choice).
+        Largest damping ``eta`` of the adaptive rule of the damped sweeps that take over where
+        Newton steps fail (in (0, 1]; the spec's 0.5 is the conservative choice).
     positive : label, optional
         Which label is the positive class.
 
@@ -290,15 +290,22 @@ def replica_tap(
 
     Notes
     -----
-    The fixed point is found by damped sweeps (spec 5.2) until the moment mismatch falls
-    below 0.5, then by safeguarded Newton-Krylov steps (:mod:`ppl_bsvm.bootstrap.tap_newton`,
-    quadratic convergence); each costs a Cholesky factorisation and a few ``N x N`` products
-    (``O(N^3)``), about 10-25 of them from the spec's start. A learning curve is solved in
-    increasing ``S/N``, each ratio started from the fixed point of the one below when it is
-    at most twice as large (typically 3-6 factorisations each). One compiled program per
-    ``N`` serves every ratio and later calls. The approximation assumes each output is influenced by many
-    inputs: it degrades for narrow kernels, and with few support vectors the out-of-bag
-    variances are off even when the error is accurate (spec section 7). The soft margin with
+    The fixed point is found by safeguarded Newton-Krylov steps
+    (:mod:`ppl_bsvm.bootstrap.tap_newton`, quadratic convergence), with damped sweeps (spec
+    5.2) where Newton steps fail; each step costs a Cholesky factorisation and two ``N x N``
+    products (``O(N^3)``). Without a nearby fixed point the solve starts from the fixed point
+    of a coarse problem (the bootstrap of the points nearest the decision boundary, at most
+    half of them) extended to the other points by Eq. 19 (:mod:`ppl_bsvm.bootstrap.tap_solve`):
+    4-5 factorisations of the full problem at ``S = N`` on Wisconsin and Pima (N = 683, 532);
+    problems under 512 points start from spec 5.3 (Sonar and Crabs: 7 and 24). A
+    learning curve is solved in increasing ``S/N``, each ratio started from the fixed point of
+    the one below when it is at most twice as large, the first step being the Newton predictor
+    from there (typically 4-8 factorisations each; more in regions where Newton steps fail,
+    e.g. Wisconsin at ``S/N = 2.5``). One compiled program per ``N`` (and one per coarse size,
+    shared by all data sets) serves every ratio and later calls. The approximation assumes
+    each output is influenced by many inputs: it degrades for narrow kernels, and with few
+    support vectors the out-of-bag variances are off even when the error is accurate (spec
+    section 7). The soft margin with
     a broad kernel and a small ``C`` (most points at the bound) came out 10-15 % low against
     the Monte Carlo in our runs (``reports/bootstrap_fig1``); always check a new setting with
     :func:`monte_carlo`.
@@ -403,10 +410,12 @@ def replica_tap(
             ConvergenceWarning,
             stacklevel=3,  # the caller of the x64 wrapper
         )
-    # the SVM on all data, warm-started from the points whose out-of-bag field lies inside
-    # the margin at S = N (its active-set solver then needs a few swaps instead of one
-    # iteration per support vector: 300 ms -> 10-40 ms on Pima)
-    guess = setup.y * at_n["oob_mean"] < 1.0 if variant.kind != "regression" else None
+    # the SVM on all data, warm-started from the points whose out-of-bag field at S = N comes
+    # within half a standard deviation of the margin (its active-set solver then needs a few
+    # swaps instead of one iteration per support vector: 300 ms -> 15 ms on Pima)
+    guess = None
+    if variant.kind != "regression":
+        guess = setup.y * at_n["oob_mean"] < 1.0 + 0.5 * np.sqrt(at_n["oob_var"])
     machine, err_train, no_info = fit_on_all(setup.K, setup.y, variant, warm_support=guess)
     loo, loo_margin = np.nan, None
     if variant.kind == "hard":

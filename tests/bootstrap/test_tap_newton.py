@@ -110,3 +110,45 @@ def test_warm_start_from_a_nearby_ratio_reaches_the_same_fixed_point(small):
     assert bool(done)
     a, b = _sites(cold), _sites(hot)
     assert np.max(np.abs(a - b) / (np.abs(a) + 1e-8 * np.max(np.abs(a)))) < 1e-7
+
+
+def test_gmres_solves_a_nonsymmetric_system_and_stops_at_its_tolerance(rng):
+    n = 40
+    A = np.eye(n) + 0.4 * rng.standard_normal((n, n)) / np.sqrt(n)
+    b = rng.standard_normal(n)
+    x_ref = np.linalg.solve(A, b)
+    full = np.asarray(tap_newton.gmres(lambda u: jnp.asarray(A) @ u, jnp.asarray(b), 1e-14, n))
+    np.testing.assert_allclose(full, x_ref, rtol=1e-10, atol=1e-12)
+    loose = np.asarray(tap_newton.gmres(lambda u: jnp.asarray(A) @ u, jnp.asarray(b), 1e-3, n))
+    residual = np.linalg.norm(A @ loose - b) / np.linalg.norm(b)
+    assert residual < 1e-3
+    assert residual > 1e-12  # it stopped early (else the tolerance is not used)
+    # a right-hand side in a 2-dimensional invariant subspace: exact after two products
+    D = np.diag(np.arange(1.0, n + 1))
+    two = np.zeros(n)
+    two[[3, 7]] = 1.0
+    out = np.asarray(tap_newton.gmres(lambda u: jnp.asarray(D) @ u, jnp.asarray(two), 1e-14, 2))
+    np.testing.assert_allclose(out, two / np.arange(1.0, n + 1), atol=1e-14)
+    zero = np.asarray(tap_newton.gmres(lambda u: u, jnp.zeros(n), 1e-10, 5))
+    assert np.all(zero == 0.0)
+
+
+def test_restart_at_another_ratio_equals_a_fresh_evaluation(small):
+    """T1 does not depend on S/N: the restarted state's sweep and mismatch at the new ratio
+    are those of a full evaluation of the same sites there."""
+    config = _config("hard")
+    ncfg = tap_newton.NewtonConfig(config)
+    near = _data(small, "hard", 1.5)
+    solved, *_ = tap_newton.solve(
+        ncfg, tap_newton.init(ncfg, None, near, tap.init(None, None, near)), near,
+        tol=1e-10, max_iter=300,
+    )
+    data = _data(small, "hard", 2.0)
+    restarted = tap_newton.restart(ncfg, solved, data)
+    theta = jnp.concatenate([solved.Lambda, solved.gamma, solved.lam])
+    swept, err, G, _ = tap_newton.evaluate(ncfg, theta, data)
+    np.testing.assert_allclose(np.asarray(restarted.swept), np.asarray(swept), rtol=1e-9,
+                               atol=1e-12 * float(jnp.max(jnp.abs(swept))))
+    assert float(restarted.mismatch) == pytest.approx(float(err), rel=1e-8)
+    assert float(err) > 1e-3  # the ratio changed the fixed point
+    assert not bool(restarted.rejected)  # so the first step is a Newton step

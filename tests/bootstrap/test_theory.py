@@ -113,6 +113,13 @@ def test_result_contents_and_user_labels(crabs):
     assert len(res.trace) == R and res.trace[0].shape == (res.n_iter[0],)
     assert "S/N=0.5" in res.summary() and len(res.to_frame()) == R
     assert res.hyperparameters["lengthscale"] > 0
+    assert res.n_iter_coarse.shape == (R,)
+    # the SVM on all data (warm-started from the theory) is the exact one
+    with jax.enable_x64(True):
+        K = np.asarray(kernels.gram(res.kernel, res.kernel_params, jnp.asarray(X), res.jitter))
+    cold = bootstrap.svm.svm_without_bias(K, np.where(y > 0, 1.0, -1.0))
+    np.testing.assert_allclose(res.machine.alpha, cold.alpha, atol=1e-9)
+    assert res.machine.kkt_violation < 1e-9
 
 
 def test_computes_in_float64_without_changing_the_global_setting(crabs):

@@ -59,6 +59,7 @@ from ._common import (
     run_mcmc,
 )
 from .driver import ChainKernel
+from .pcg import preconditioner
 from .gibbs_kernel import (
     _SUPPORTED,
     GibbsSettings,
@@ -82,6 +83,7 @@ __all__ = [
 ]
 
 _GIBBS_FIELDS = ("lp", "scale", "scale_trials", "n_floored", "line_trials", "line_failed")
+_GP_FIELDS = ("cg_iters", "cg_fallback")  # the f | lam solve (mcmc.pcg)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -115,7 +117,7 @@ class GibbsGPOptions(GibbsOptions, Jitter):
 
 
 def _gibbs_stats(extra: dict) -> dict:
-    return {name: extra[name] for name in _GIBBS_FIELDS}
+    return {name: extra[name] for name in _GIBBS_FIELDS + _GP_FIELDS if name in extra}
 
 
 def _chain_kernel(model, kernel, settings: GibbsSettings, directions, fields) -> ChainKernel:
@@ -148,7 +150,8 @@ def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim
     directions = _resolve_for(options.directions, model is models.linear_bsvm, dim)
     settings = gibbs_settings(options.scale_step, options.overrelax, directions,
                               options.num_warmup)
-    fields = _GIBBS_FIELDS + (("lam",) if options.store_lam else ())
+    fields = _GIBBS_FIELDS + (_GP_FIELDS if model is models.gp_bsvm else ()) + (
+        ("lam",) if options.store_lam else ())
     fixed = not isinstance(directions, int)
     inputs = {**inputs, "V": jnp.asarray(directions) if fixed else None}
     static = ("gibbs", model, kernel, settings, None if fixed else directions, fields)
@@ -267,7 +270,7 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
             "positive definite; increase jitter or check the kernel parameters"
         ) from None
     inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": options.gamma,
-              "jitter": setup.jitter}
+              "jitter": setup.jitter, "pcg": preconditioner(setup.K, options.gamma)}
     run = _run_gibbs(models.gp_bsvm, inputs, kernel, key=key, options=options, resume=resume,
                      dim=problem.n)
     return mcmc_approximation(

@@ -28,6 +28,7 @@ from ..._checks import boolean, open_interval, positive_float
 from ...kernels import Kernel, gram
 from .._common import LinearData
 from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
+from .pcg import preconditioner
 from .sweep import (
     GibbsState,
     GPData,
@@ -103,7 +104,12 @@ def _gp_data(args: dict) -> GPData:
             f"the kernel matrix K + jitter (jitter={args['jitter']:g}, relative) is not "
             "positive definite or not finite; increase jitter or check the kernel parameters"
         )
-    return GPData(K, y, _positive("gamma", args["gamma"], X.dtype), chol_K=chol_K)
+    gamma = _positive("gamma", args["gamma"], X.dtype)
+    if "pcg" in args:  # the engines' inputs: computed beforehand (the programs trace this)
+        pre = args["pcg"]
+    else:  # the NumPyro kernel: concrete data, the choice made here
+        pre = preconditioner(K, float(gamma)) if _concrete(K) and _concrete(gamma) else None
+    return GPData(K, y, gamma, chol_K=chol_K, pcg=pre)
 
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}

@@ -4,7 +4,7 @@
 ``rows`` are the sampler's) and :class:`GPData` are the two models as the sampler sees them;
 :class:`LineMoves` holds a chain's line-move directions and the warmup statistics they are
 learned from; :class:`GibbsState` is the state of one chain. :func:`gibbs_step` is one sweep:
-the scale step (:func:`~ppl_bsvm.inference.mcmc.conditionals.sample_scale`), the line moves
+the scale step (:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_scale`), the line moves
 (:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_line`), ``lam | z``, then ``z | lam``
 (:mod:`ppl_bsvm.inference.mcmc.conditionals`). :func:`init_state` starts a chain, and
 :func:`log_density` is the log marginal posterior the sweep leaves invariant.
@@ -20,8 +20,8 @@ from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._common import GPData, LinearData
-from .conditionals import LAM_FLOOR, sample_beta, sample_f, sample_lam, sample_scale
-from .line_moves import _MAX_LINE_TRIALS, sample_line
+from .conditionals import LAM_FLOOR, draw_f, sample_beta, sample_lam
+from .line_moves import _MAX_LINE_TRIALS, _SPACING, sample_line, sample_scale
 
 __all__ = [
     "LineMoves",
@@ -47,6 +47,22 @@ class LineMoves(NamedTuple):
         Prior precision times each direction (``v / prior_scale^2`` or ``K^-1 v``).
     a : (k,)
         ``v^T P v``.
+    U : (k, d)
+        ``v / sd^2`` for learned directions (``sd`` the sd along ``v``, so that ``U z`` is
+        ``z``'s coordinate along each in units of ``t``), zero for fixed ones.
+    center : (k,)
+        ``U mu``, ``mu`` the mean of the window they were learned from: the line through
+        ``z`` along ``v`` has its mode, under the Gaussian of that window, at
+        ``p = center - U z`` (principal axes are independent under it).
+    fit : (k, 2)
+        Exponentially weighted sums of ``t p`` and ``p^2`` over the chain's draws ``t``
+        along each direction: :func:`sample_line` starts looking for the mode at
+        ``rho p``, ``rho = clip(sum t p / sum p^2, 0, 1)``, the regression of the draws on
+        the prediction (close to 1 for the linear model; about 0.3 for the GP, whose
+        Gaussian of the warmup predicts the line's mode poorly).
+    width : (k,)
+        Spacing of the tangent points the previous draw along each direction ended with,
+        where the next one starts.
     count : () float
         Draws in the current warmup window.
     mean : (d,)
@@ -58,20 +74,31 @@ class LineMoves(NamedTuple):
     dm: jnp.ndarray
     Pv: jnp.ndarray
     a: jnp.ndarray
+    U: jnp.ndarray
+    center: jnp.ndarray
+    fit: jnp.ndarray
+    width: jnp.ndarray
     count: jnp.ndarray
     mean: jnp.ndarray
     m2: jnp.ndarray
 
 
-def _fresh_moves(V, data) -> LineMoves:
+def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
     """:class:`LineMoves` along directions ``V`` (k, d), with an empty warmup window: their
-    effect on the margins (``dm``) and on the prior (``Pv``, ``a``)."""
+    effect on the margins (``dm``) and on the prior (``Pv``, ``a``), and the prediction of
+    the mode along them (``U``, ``center``; none when ``U`` is None)."""
     if isinstance(data, LinearData):
         dm, Pv = V @ data.Z.T, V / data.prior_scale**2
     else:
         dm, Pv = V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
-    d = V.shape[1]
-    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), V.dtype),
+    k, d = V.shape
+    if U is None:
+        U, center = jnp.zeros_like(V), jnp.zeros((k,), V.dtype)
+    else:
+        center = U @ mean
+    fit = jnp.ones((k, 2), V.dtype)  # rho = 1 to start with, forgotten within tens of sweeps
+    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), U, center, fit,
+                     jnp.full((k,), _SPACING, V.dtype), jnp.zeros((), V.dtype),
                      jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
 
 
@@ -92,22 +119,37 @@ def line_moves_init(data, directions) -> LineMoves:
     return _fresh_moves(V, data)
 
 
+_FIT_DECAY = 0.95
+"""Weight of the past in :attr:`LineMoves.fit` (an effective memory of 20 sweeps)."""
+
+
 def _line_moves(key, value, margins, moves: LineMoves, gamma):
     """One exact draw along each direction in turn (:func:`sample_line`); returns the new
-    value and margins, the proposals used and the number of failed moves."""
+    value and margins, the proposals used, the number of failed moves and the moves with
+    the statistics that place the next grids (``fit``, ``width``). Where a grid starts
+    changes the cost of a draw, never its law, so adapting them keeps the sweep exact.
 
-    def move(carry, inputs):
-        value, margins = carry
-        k, v, dm, Pv, a = inputs
-        t, trials = sample_line(k, margins, dm, a, value @ Pv, gamma)
-        return (value + t * v, margins + t * dm), trials
+    A loop over the direction's index, not a ``scan`` over the directions: with the chains
+    vectorised, ``scan`` would transpose every ``(chains, k, n)`` array of the moves to put
+    the directions first, in every sweep."""
 
-    keys = random.split(key, moves.V.shape[0])
-    (value, margins), trials = jax.lax.scan(
-        move, (value, margins), (keys, moves.V, moves.dm, moves.Pv, moves.a)
-    )
-    return (value, margins, jnp.sum(trials, dtype=jnp.int32),
-            jnp.sum(trials > _MAX_LINE_TRIALS, dtype=jnp.int32))
+    def move(j, carry):
+        value, margins, used, failed, fit, widths = carry
+        predicted = moves.center[j] - value @ moves.U[j]
+        rho = jnp.clip(fit[j, 0] / jnp.maximum(fit[j, 1], 1e-300), 0.0, 1.0)
+        t, trials, width = sample_line(
+            random.fold_in(key, j), margins, moves.dm[j], moves.a[j], value @ moves.Pv[j],
+            gamma, rho * predicted, widths[j],
+        )
+        fit = fit.at[j].set(_FIT_DECAY * fit[j] + jnp.stack([t * predicted, predicted**2]))
+        return (value + t * moves.V[j], margins + t * moves.dm[j], used + trials,
+                failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), fit,
+                widths.at[j].set(width))
+
+    zero = jnp.zeros((), jnp.int32)
+    value, margins, used, failed, fit, widths = jax.lax.fori_loop(
+        0, moves.V.shape[0], move, (value, margins, zero, zero, moves.fit, moves.width))
+    return value, margins, used, failed, moves._replace(fit=fit, width=widths)
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
@@ -120,7 +162,7 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
 
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
     """The window's ``k`` principal directions of largest variance, each scaled by its sd,
-    and a fresh window. The covariance is shrunk towards a multiple of the identity as in
+    the prediction of the mode along them from the window's mean, and a fresh window. The covariance is shrunk towards a multiple of the identity as in
     Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
     a short window cannot give a direction of zero width."""
     k, d = moves.V.shape
@@ -129,8 +171,9 @@ def _learn_directions(moves: LineMoves, data) -> LineMoves:
     ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
     cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
     w, E = jnp.linalg.eigh(cov)
-    V = (E[:, d - k:] * jnp.sqrt(jnp.maximum(w[d - k:], 0.0))).T[::-1]
-    return _fresh_moves(V, data)
+    sd = jnp.sqrt(jnp.maximum(w[d - k:], jnp.finfo(w.dtype).tiny))
+    V, U = (E[:, d - k:] * sd).T[::-1], (E[:, d - k:] / sd).T[::-1]
+    return _fresh_moves(V, data, U, moves.mean)
 
 
 class GibbsState(NamedTuple):
@@ -153,12 +196,20 @@ class GibbsState(NamedTuple):
         The factor ``c`` of this sweep's scale step (1 without it).
     scale_trials : () int32
         Envelope proposals the scale step needed (0 without it).
+    scale_width : ()
+        Half-width in ``log c`` of the tangent grid the scale step ended with, where the
+        next one starts.
     n_floored : () int32
         How many ``lam_i`` were clamped at :data:`LAM_FLOOR` in this sweep.
     line_trials : () int32
         Envelope proposals of this sweep's line moves, all directions together (0 without).
     line_failed : () int32
         Line moves that found no draw and left the chain in place (see :func:`sample_line`).
+    cg_iters : () int32
+        Conjugate-gradient iterations of this sweep's ``f | lam`` draw (0 on the Cholesky
+        path and for the linear model; see :mod:`ppl_bsvm.inference.mcmc.pcg`).
+    cg_fallback : () int32
+        1 if that solve missed its tolerance and the draw used the Cholesky factor instead.
     moves : LineMoves
         The line moves' directions and warmup statistics.
     it : () int32
@@ -173,9 +224,12 @@ class GibbsState(NamedTuple):
     lp: jnp.ndarray
     scale: jnp.ndarray
     scale_trials: jnp.ndarray
+    scale_width: jnp.ndarray
     n_floored: jnp.ndarray
     line_trials: jnp.ndarray
     line_failed: jnp.ndarray
+    cg_iters: jnp.ndarray
+    cg_fallback: jnp.ndarray
     moves: LineMoves
     it: jnp.ndarray
     rng_key: jnp.ndarray
@@ -231,14 +285,16 @@ def gibbs_step(
     k_scale, k_lam, k_z = random.split(key, 3)
     (value,) = state.z.values()
     margins = state.margins
+    scale_width, moves = state.scale_width, state.moves
     if scale_step:
-        c, trials = sample_scale(k_scale, state.quad, margins, value.shape[0], data.gamma)
+        c, trials, scale_width = sample_scale(k_scale, state.quad, margins, value.shape[0],
+                                              data.gamma, scale_width)
         value, margins = c * value, c * margins
     else:
         c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
     if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
-        value, margins, line_trials, line_failed = _line_moves(
-            random.fold_in(k_scale, 1), value, margins, state.moves, data.gamma
+        value, margins, line_trials, line_failed, moves = _line_moves(
+            random.fold_in(k_scale, 1), value, margins, moves, data.gamma
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
@@ -249,13 +305,17 @@ def gibbs_step(
         z = {"beta": sample_beta(
             k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
         )}
+        cg_iters = cg_fallback = jnp.zeros((), jnp.int32)
     else:
-        z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax)}
+        draw = draw_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax,
+                      data.pcg)
+        z, cg_iters, cg_fallback = {"f": draw.f}, draw.cg_iters, draw.cg_fallback
     quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
     return state._replace(
         z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
-        n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
+        scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
+        cg_iters=cg_iters, cg_fallback=cg_fallback,
     )
 
 
@@ -275,7 +335,9 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
     # dtypes everywhere, so that the loop carry never changes type (no recompilation).
     int0 = jnp.zeros((), jnp.int32)
     lp = _lp(quad, margins, data.gamma)
+    dim = next(iter(z.values())).shape[0]
+    width = _SPACING * jax.lax.rsqrt(jnp.maximum(dim - 1 + quad, 1e-12))  # the smooth part's sd
     return GibbsState(
-        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, int0, int0, int0,
-        line_moves_init(data, directions), int0, key,
+        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, width, int0,
+        int0, int0, int0, int0, line_moves_init(data, directions), int0, key,
     )

@@ -73,7 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import random
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
 from .. import gaussian
 from . import pcg
@@ -151,8 +151,10 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.
     Notes
     -----
     ``W (1 + lam) = w + gamma``, so the right-hand side is ``Z^T w + gamma Z^T 1``. One
-    Cholesky factor ``L`` of the precision: the mean by ``cho_solve`` and the noise by
-    ``L^{-T} xi`` (covariance ``(L L^T)^{-1}``); nothing is inverted.
+    Cholesky factor ``L`` of the precision: the mean ``L^{-T} L^{-1} rhs`` and the noise
+    ``L^{-T} xi`` (covariance ``(L L^T)^{-1}``) share their last triangular solve, also in
+    Adler's move, ``alpha prev + L^{-T} ((1 - alpha) L^{-1} rhs + sqrt(1 - alpha^2) xi)``
+    (:func:`overrelaxed`); nothing is inverted.
     """
     p = Z.shape[1]
     w = gamma / lam
@@ -162,9 +164,12 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.
         gram, rhs = _gram_from_rows(rows, w, gamma)
     prec = gram + jnp.eye(p, dtype=Z.dtype) / prior_scale**2
     chol = jax.lax.linalg.cholesky(prec, symmetrize_input=False)
-    mean = cho_solve((chol, True), rhs)
+    half = solve_triangular(chol, rhs, lower=True)  # L^-1 rhs
     xi = random.normal(key, (p,), Z.dtype)
-    return overrelaxed(mean, solve_triangular(chol.T, xi, lower=False), prev, overrelax)
+    if isinstance(overrelax, (int, float)) and overrelax == 0:
+        return solve_triangular(chol.T, half + xi, lower=False)
+    both = (1.0 - overrelax) * half + jnp.sqrt(1.0 - overrelax**2) * xi
+    return overrelax * prev + solve_triangular(chol.T, both, lower=False)
 
 
 class GramRows(NamedTuple):
@@ -223,11 +228,13 @@ def overrelaxed(mean, noise, prev, overrelax):
 
 class FDraw(NamedTuple):
     """Outcome of :func:`draw_f`: the draw, the conjugate-gradient iterations it took (0 on
-    the Cholesky path) and whether their solve was refused and the Cholesky factor used."""
+    the Cholesky path), whether their solve was refused and the Cholesky factor used, and
+    for the plain draw its prior quadratic form ``f^T K^-1 f`` (None when overrelaxed)."""
 
     f: jnp.ndarray
     cg_iters: jnp.ndarray
     cg_fallback: jnp.ndarray
+    quad: jnp.ndarray | None = None
 
 
 def _unless(done, compute, value, operands):
@@ -251,6 +258,12 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
     :data:`~ppl_bsvm.inference.mcmc.pcg.TOL`; a solve that does not get there is replaced
     by the Cholesky solve, so the draw is always exact. None: the Cholesky factor of
     ``I + S K S`` (:func:`ppl_bsvm.inference.gaussian.factor`).
+
+    The plain draw ``f = f0 + K x``, ``f0 = L xi``, also gives its prior quadratic form
+    without a triangular solve: ``K^-1 f0 = L^-T xi`` and ``(L^-T xi)^T K x = xi^T L^T x =
+    f0^T x``, so
+
+    .. math:: f^\top K^{-1} f = \xi^\top \xi + 2 f_0^\top x + x^\top K x .
     """
     n = y.shape[0]
     xi = standard_normal(key, (2, n), K.dtype)
@@ -258,21 +271,25 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
     f0 = chol_K @ xi[0]
     f0_e = f0 + jnp.sqrt(noise) * xi[1]
     target = y * (1.0 + lam)
-    if isinstance(overrelax, (int, float)) and overrelax == 0:
+    plain = isinstance(overrelax, (int, float)) and overrelax == 0
+    if plain:
         base, b = f0, target - f0_e
     else:
         shrink = jnp.sqrt(1.0 - overrelax**2)
         base, b = overrelax * prev + shrink * f0, (1.0 - overrelax) * target - shrink * f0_e
 
     def by_cholesky(K, noise, b):
-        return K @ gaussian.solve(gaussian.factor(K, noise), b)
+        x = gaussian.solve(gaussian.factor(K, noise), b)
+        return x, K @ x
 
-    zero = jnp.zeros((), jnp.int32)
     if pre is None:
-        return FDraw(base + by_cholesky(K, noise, b), zero, zero)
-    cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)
-    Kx = _unless(cg.ok, by_cholesky, cg.Kx, (K, noise, b))
-    return FDraw(base + Kx, cg.iters, (~cg.ok).astype(jnp.int32))
+        (x, Kx), iters, fallback = by_cholesky(K, noise, b), 0, False
+    else:
+        cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)
+        x, Kx = _unless(cg.ok, by_cholesky, (cg.x, cg.Kx), (K, noise, b))
+        iters, fallback = cg.iters, ~cg.ok
+    quad = xi[0] @ xi[0] + 2.0 * (f0 @ x) + x @ Kx if plain else None
+    return FDraw(base + Kx, jnp.asarray(iters, jnp.int32), jnp.asarray(fallback, jnp.int32), quad)
 
 
 def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None):

@@ -20,8 +20,8 @@ one ``r x r`` Cholesky factor per sweep, and it is a near-perfect preconditioner
 eigenvalues of ``P^{-1}(K + N)`` lie in ``[1, 1 + max_t (d_t - c) / (c + nu_min)]`` and all but
 the few that belong to points of noise below ``d_{r+1} - c`` are within
 ``(d_{r+1} - c) / nu`` of 1. Conjugate gradients (:func:`solve`) then converge in a handful of
-matrix products with ``K`` (3 or 4 on the Banana benchmark at ``n = 300`` and ``1000``; 12 to 19 at ``n = 300``
-when a sixth of the points have noise 1e-12).
+matrix products with ``K`` (2 to 4 on the Banana benchmark at ``n = 300`` and ``1000``, about
+6 to 8 at ``n = 300`` when a sixth of the points have noise 1e-12).
 
 **Exactness.** The iteration stops on the *true* normwise backward error
 
@@ -34,19 +34,21 @@ the kind of guarantee the Cholesky solve gives (its backward error is bounded by
 multiple of ``n`` times the unit roundoff). :data:`TOL` is ``2^-50 = 8.9e-16``, four units of
 roundoff, so the iteration runs until the residual is at rounding level: on the benchmark's
 systems the Cholesky path measures about 3e-17 and conjugate gradients stop between 3e-17 and
-2e-16, one iteration after a tolerance of 1e-13 would have stopped them, and the two draws are
+2e-16, about one iteration after a tolerance of 1e-13 would have stopped them, and the two draws are
 equally close to a refined dense solve (``tests/inference/mcmc/test_pcg.py``). A solve that
 has not reached the tolerance after :data:`MAX_ITER` iterations is not used: the caller draws
 ``f`` by the Cholesky factor instead (:func:`~ppl_bsvm.inference.mcmc.conditionals.draw_f`),
 so no draw is ever inexact, and counts it (``cg_fallback``).
 
-**Rank and path.** :func:`pcg_rank` keeps the eigenvalues above ``c + tau``, ``tau = 1e-3 /
-gamma^2`` (a thousandth of the noise ``lam / gamma`` of a point on the margin, where
-``lam ~ Gamma(1/2, rate gamma/2)``), rounds ``r`` up to a multiple of 8 (so that data sets of
+**Rank and path.** :func:`pcg_rank` keeps the eigenvalues above ``c + tau``, ``tau = 1e-4 /
+gamma^2`` (a ten-thousandth of the noise ``lam / gamma`` of a point on the margin, where
+``lam ~ Gamma(1/2, rate gamma/2)``), rounds ``r`` up to a multiple of 16 (so that data sets of
 similar spectra share compiled programs), and chooses this path only when its flop count,
 ``n r^2 + r^3/3`` plus :data:`ITER_GUESS` iterations of ``n^2 + 4 n r``, is below the Cholesky
 factor's ``n^3 / 3``: at small ``n`` or for a rough kernel (``r`` near ``n``) the sweep keeps
-the Cholesky factor.
+the Cholesky factor. On the Banana benchmark this gives ``r = 32`` at ``n = 300`` (3
+iterations per sweep) and ``r = 48`` at ``n = 1000`` (2); ranks from 16 to 64 cost within 40%
+of each other there (larger ranks take fewer iterations, each dearer to set up).
 """
 
 from __future__ import annotations
@@ -67,13 +69,16 @@ roundoff)."""
 MAX_ITER = 64
 """Most conjugate-gradient iterations of one solve; beyond it the Cholesky draw is used."""
 
-TAIL_TOL = 1e-3
+TAIL_TOL = 1e-4
 """``tau * gamma^2``: eigenvalues within ``tau`` of the smallest are flattened (module doc)."""
 
-ITER_GUESS = 10
-"""Iterations the cost rule of :func:`pcg_rank` assumes (2-6 measured; kept pessimistic)."""
+ITER_GUESS = 6
+"""Iterations the cost rule of :func:`pcg_rank` assumes (2 to 4 measured, 8 with badly
+conditioned noise). With it the rule takes this path from ``n`` of about 90 on the Banana
+kernel, where the sweep measures as fast either way near ``n = 65`` and 1.7x faster by
+conjugate gradients at ``n = 120``."""
 
-RANK_STEP = 8
+RANK_STEP = 16
 """The preconditioner's rank is rounded up to a multiple of this."""
 
 

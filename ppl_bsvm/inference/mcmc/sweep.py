@@ -21,7 +21,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._common import GPData, LinearData
 from .conditionals import LAM_FLOOR, draw_f, sample_beta, sample_lam
-from .line_moves import _MAX_LINE_TRIALS, _SPACING, sample_line, sample_scale
+from .line_moves import _MAX_LINE_TRIALS, _PROPOSALS, _SPACING, sample_line, sample_scale
 
 __all__ = [
     "LineMoves",
@@ -43,26 +43,24 @@ class LineMoves(NamedTuple):
         is about one sd (the envelope's grid is laid out in those units).
     dm : (k, n)
         Change of the margins per unit along each direction (``Z v`` or ``y * v``).
-    Pv : (k, d)
-        Prior precision times each direction (``v / prior_scale^2`` or ``K^-1 v``).
+    PU : (k, d, 2)
+        For each direction, ``P v`` (the prior precision times it: ``v / prior_scale^2`` or
+        ``K^-1 v``) and ``u = v / sd^2`` for learned directions (``sd`` the sd along ``v``,
+        so that ``u^T z`` is ``z``'s coordinate along it in units of ``t``; zero for fixed
+        ones), side by side so that one product with ``z`` gives both.
     a : (k,)
         ``v^T P v``.
-    U : (k, d)
-        ``v / sd^2`` for learned directions (``sd`` the sd along ``v``, so that ``U z`` is
-        ``z``'s coordinate along each in units of ``t``), zero for fixed ones.
     center : (k,)
-        ``U mu``, ``mu`` the mean of the window they were learned from: the line through
+        ``u^T mu``, ``mu`` the mean of the window they were learned from: the line through
         ``z`` along ``v`` has its mode, under the Gaussian of that window, at
-        ``p = center - U z`` (principal axes are independent under it).
-    fit : (k, 2)
-        Exponentially weighted sums of ``t p`` and ``p^2`` over the chain's draws ``t``
-        along each direction: :func:`sample_line` starts looking for the mode at
-        ``rho p``, ``rho = clip(sum t p / sum p^2, 0, 1)``, the regression of the draws on
-        the prediction (close to 1 for the linear model; about 0.3 for the GP, whose
-        Gaussian of the warmup predicts the line's mode poorly).
-    width : (k,)
-        Spacing of the tangent points the previous draw along each direction ended with,
-        where the next one starts.
+        ``p = center - u^T z`` (principal axes are independent under it).
+    place : (k, 3)
+        Where :func:`sample_line` starts its grid along each direction: exponentially
+        weighted sums of ``t p`` and ``p^2`` over the chain's draws ``t`` along it, for a
+        start at ``rho p``, ``rho = clip(sum t p / sum p^2, 0, 1)`` (the regression of the
+        draws on the prediction: close to 1 for the linear model; the GP's Gaussian of the
+        warmup predicts the line's mode less well), and the spacing the previous draw ended
+        with.
     count : () float
         Draws in the current warmup window.
     mean : (d,)
@@ -72,12 +70,10 @@ class LineMoves(NamedTuple):
 
     V: jnp.ndarray
     dm: jnp.ndarray
-    Pv: jnp.ndarray
+    PU: jnp.ndarray
     a: jnp.ndarray
-    U: jnp.ndarray
     center: jnp.ndarray
-    fit: jnp.ndarray
-    width: jnp.ndarray
+    place: jnp.ndarray
     count: jnp.ndarray
     mean: jnp.ndarray
     m2: jnp.ndarray
@@ -85,7 +81,7 @@ class LineMoves(NamedTuple):
 
 def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
     """:class:`LineMoves` along directions ``V`` (k, d), with an empty warmup window: their
-    effect on the margins (``dm``) and on the prior (``Pv``, ``a``), and the prediction of
+    effect on the margins (``dm``) and on the prior (``P v``, ``a``), and the prediction of
     the mode along them (``U``, ``center``; none when ``U`` is None)."""
     if isinstance(data, LinearData):
         dm, Pv = V @ data.Z.T, V / data.prior_scale**2
@@ -96,10 +92,10 @@ def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
         U, center = jnp.zeros_like(V), jnp.zeros((k,), V.dtype)
     else:
         center = U @ mean
-    fit = jnp.ones((k, 2), V.dtype)  # rho = 1 to start with, forgotten within tens of sweeps
-    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), U, center, fit,
-                     jnp.full((k,), _SPACING, V.dtype), jnp.zeros((), V.dtype),
-                     jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
+    # rho = 1 to start with (forgotten within tens of sweeps), the default spacing
+    place = jnp.broadcast_to(jnp.asarray([1.0, 1.0, _SPACING], V.dtype), (k, 3))
+    return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), jnp.sum(V * Pv, axis=1), center, place,
+                     jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
 
 
 def line_moves_init(data, directions) -> LineMoves:
@@ -120,36 +116,40 @@ def line_moves_init(data, directions) -> LineMoves:
 
 
 _FIT_DECAY = 0.95
-"""Weight of the past in :attr:`LineMoves.fit` (an effective memory of 20 sweeps)."""
+"""Weight of the past in :attr:`LineMoves.place` (an effective memory of 20 sweeps)."""
 
 
 def _line_moves(key, value, margins, moves: LineMoves, gamma):
     """One exact draw along each direction in turn (:func:`sample_line`); returns the new
     value and margins, the proposals used, the number of failed moves and the moves with
-    the statistics that place the next grids (``fit``, ``width``). Where a grid starts
+    the statistics that place the next grids (``place``). Where a grid starts
     changes the cost of a draw, never its law, so adapting them keeps the sweep exact.
 
     A loop over the direction's index, not a ``scan`` over the directions: with the chains
     vectorised, ``scan`` would transpose every ``(chains, k, n)`` array of the moves to put
     the directions first, in every sweep."""
 
+    k = moves.V.shape[0]
+    keys = random.split(key, k + 1)
+    uniforms = random.uniform(keys[k], (k, 3, _PROPOSALS), value.dtype)  # first rounds, in bulk
+
     def move(j, carry):
-        value, margins, used, failed, fit, widths = carry
-        predicted = moves.center[j] - value @ moves.U[j]
-        rho = jnp.clip(fit[j, 0] / jnp.maximum(fit[j, 1], 1e-300), 0.0, 1.0)
-        t, trials, width = sample_line(
-            random.fold_in(key, j), margins, moves.dm[j], moves.a[j], value @ moves.Pv[j],
-            gamma, rho * predicted, widths[j],
-        )
-        fit = fit.at[j].set(_FIT_DECAY * fit[j] + jnp.stack([t * predicted, predicted**2]))
+        value, margins, used, failed, place = carry
+        b, u = value @ moves.PU[j]
+        predicted = moves.center[j] - u
+        tp, pp, width = place[j]
+        rho = jnp.clip(tp / jnp.maximum(pp, 1e-300), 0.0, 1.0)
+        t, trials, width = sample_line(keys[j], margins, moves.dm[j], moves.a[j], b, gamma,
+                                       rho * predicted, width, uniforms[j])
+        place = place.at[j].set(jnp.stack([_FIT_DECAY * tp + t * predicted,
+                                           _FIT_DECAY * pp + predicted**2, width]))
         return (value + t * moves.V[j], margins + t * moves.dm[j], used + trials,
-                failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), fit,
-                widths.at[j].set(width))
+                failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), place)
 
     zero = jnp.zeros((), jnp.int32)
-    value, margins, used, failed, fit, widths = jax.lax.fori_loop(
-        0, moves.V.shape[0], move, (value, margins, zero, zero, moves.fit, moves.width))
-    return value, margins, used, failed, moves._replace(fit=fit, width=widths)
+    value, margins, used, failed, place = jax.lax.fori_loop(
+        0, k, move, (value, margins, zero, zero, moves.place))
+    return value, margins, used, failed, moves._replace(place=place)
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
@@ -310,12 +310,15 @@ def gibbs_step(
         draw = draw_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax,
                       data.pcg)
         z, cg_iters, cg_fallback = {"f": draw.f}, draw.cg_iters, draw.cg_fallback
-    quad, margins = _quad_and_margins(z, data)
+    if isinstance(data, GPData) and draw.quad is not None:  # no triangular solve
+        quad, margins = draw.quad, _margins(z, data)
+    else:
+        quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
     return state._replace(
         z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
-        scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
-        cg_iters=cg_iters, cg_fallback=cg_fallback,
+        scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials,
+        line_failed=line_failed, cg_iters=cg_iters, cg_fallback=cg_fallback,
     )
 
 

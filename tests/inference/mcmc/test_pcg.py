@@ -136,6 +136,12 @@ def test_cg_draw_is_the_dense_draw(case, overrelax):
         reference, scale = _reference_draw(key, lam, K, L, y, gamma, prev, overrelax)
         for draw in (by_cg, by_chol):
             assert np.linalg.norm(np.asarray(draw.f) - reference) <= ACCURACY * scale
+            # the plain draw's quadratic form f^T K^-1 f, computed without a solve with K
+            if overrelax == 0:
+                quad = np.asarray(draw.f) @ np.linalg.solve(K, np.asarray(draw.f))
+                assert float(draw.quad) == pytest.approx(quad, rel=1e-9)
+            else:
+                assert draw.quad is None
 
 
 def test_failed_solves_fall_back_chain_by_chain(monkeypatch):

@@ -269,7 +269,7 @@ def sample_line(key, margins, dm, a, b, gamma=1.0, center=0.0, width=_SPACING, u
         was found), in which case ``t = 0``: the chain stays put, a no-op that the sampler
         counts (``line_failed``) and that has not happened in our runs.
     width : () float
-        The spacing the search ended with.
+        The spacing the search ended with (the given one after a failed draw).
 
     Notes
     -----
@@ -284,8 +284,12 @@ def sample_line(key, margins, dm, a, b, gamma=1.0, center=0.0, width=_SPACING, u
     def evaluate(t, slope=True):
         return _line_eval(t, r, dm, a, b, gamma, slope)
 
-    t, h, s, ok, width = _grid(evaluate, jnp.asarray(center, dtype), jnp.asarray(width, dtype))
-    return (*_tangent_draw(key, evaluate, t, h, s, ok, uniforms=uniforms), width)
+    center, width = jnp.asarray(center, dtype), jnp.asarray(width, dtype)
+    center = jnp.where(jnp.isfinite(center), center, 0.0)
+    width = jnp.where(jnp.isfinite(width) & (width > 0), width, _SPACING)
+    t, h, s, ok, end_width = _grid(evaluate, center, width)
+    x, trials = _tangent_draw(key, evaluate, t, h, s, ok, uniforms=uniforms)
+    return x, trials, jnp.where(trials <= _MAX_TRIALS, end_width, width)  # keep a failure's out
 
 
 def sample_scale(key, quad, margins, dim, gamma=1.0, width=None):
@@ -318,7 +322,7 @@ def sample_scale(key, quad, margins, dim, gamma=1.0, width=None):
         Envelope proposals used (``_MAX_TRIALS + 1`` if none was accepted, in which case
         ``c = 1``: a no-op that has never happened in our runs).
     width : () float
-        The half-width the grid search ended with.
+        The half-width the grid search ended with (the default after a failed draw).
 
     Notes
     -----
@@ -335,10 +339,11 @@ def sample_scale(key, quad, margins, dim, gamma=1.0, width=None):
     def evaluate(c, slope=True):
         return _line_eval(c, ones, margins, quad, 0.0, gamma, slope, jac)
 
-    if width is None:
-        width = _SPACING * jax.lax.rsqrt(jnp.maximum(jac + quad, 1e-12))
+    default = (_SPACING * jax.lax.rsqrt(jnp.maximum(jac + quad, 1e-12))).astype(dtype)
+    width = default if width is None else jnp.asarray(width, dtype)
+    width = jnp.where(jnp.isfinite(width) & (width > 0) & (width < 30.0), width, default)
     one = jnp.ones((), dtype)
-    t, h, s, ok, width = _grid(evaluate, one, jnp.asarray(width, dtype), geometric=True)
+    t, h, s, ok, end_width = _grid(evaluate, one, width, geometric=True)
     c, trials = _tangent_draw(key, evaluate, t, h, s, ok, lower=0.0)
-    c = jnp.where((trials <= _MAX_TRIALS) & (quad > 0), c, 1.0)
-    return c, trials, width
+    done = (trials <= _MAX_TRIALS) & (quad > 0)  # at quad = 0 the orbit is a point
+    return jnp.where(done, c, 1.0), trials, jnp.where(done, end_width, default)

@@ -443,6 +443,18 @@ def test_direction_schedule(plane):
     )
 
 
+def test_a_chain_started_at_zero_recovers(plane):
+    """At ``beta = 0`` the scale's orbit is a point (the step is a no-op, and its grid search
+    runs away): the next sweeps must start their searches afresh, not from that one."""
+    X, y = plane[:2]
+    mcmc = MCMC(BSVMGibbs(models.linear_bsvm), num_warmup=20, num_samples=50, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(4), X, y.astype(float), init_params={"beta": jnp.zeros((2, 2))},
+             extra_fields=("scale_trials", "line_failed"))
+    extra = mcmc.get_extra_fields()
+    assert int(np.max(extra["scale_trials"])) < 20 and int(np.sum(extra["line_failed"])) == 0
+
+
 def test_nuts_fit_face(plane_fits):
     fit = plane_fits["nuts"]
     ss = fit.idata.sample_stats

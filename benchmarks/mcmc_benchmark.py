@@ -262,7 +262,8 @@ def _plot(rows, path: Path) -> None:
         ax.bar(x + 0.2, [r["ess_per_s_median"] for r in sub], 0.4, label="median")
         ax.set_xticks(x, [r["sampler"].replace(" (", "\n(") for r in sub], fontsize=8)
         ax.set_ylabel("bulk ESS per second")
-        ax.set_title(f"{problem} (n={sub[0]['n']}, dim={sub[0]['dim']})")
+        size = "" if "n=" in problem else f"n={sub[0]['n']}, "
+        ax.set_title(f"{problem} ({size}dim={sub[0]['dim']})")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -367,7 +368,7 @@ def main(argv=None) -> int:
     if args.gp_n is None:
         args.gp_n = [60] if args.quick else [300, 1000]
     if min(args.gp_n) < 2:
-        raise ValueError(f"--gp-n must be at least 2, got {args.gp_n}")
+        parser.error(f"--gp-n must be at least 2, got {args.gp_n}")
     previous = ppl_bsvm.set_num_threads(args.blas_threads)
     try:
         _run(args)

@@ -7,8 +7,12 @@ Run ``python -m benchmarks.mcmc_benchmark`` (``--quick`` for a smoke run). It wr
 Problems
     ``linear``: Breiman's twonorm generator, n = 1000, d = 20 (``ppl_bsvm.datasets.twonorm``),
     standardised, with an intercept (21 coefficients), ``prior_scale = 1``.
-    ``gp``: 300 points of the Banana data (standardised), RBF kernel at the median-heuristic
-    lengthscale and unit variance, relative jitter 1e-6.
+    ``gp n=300``, ``gp n=1000`` (``--gp-n``): that many points of the Banana data
+    (standardised), RBF kernel at the median-heuristic lengthscale and unit variance, relative
+    jitter 1e-6. At both sizes the Gibbs sweep solves ``f | lam`` by conjugate gradients
+    (:mod:`ppl_bsvm.inference.mcmc.pcg`; "CG iters" is their mean count per sweep, "CG
+    fallbacks" the solves that missed the tolerance and took the Cholesky factor; 0 iterations:
+    the sweep kept the Cholesky factor, as it does for small n).
 
 Samplers (through ``numpyro.infer.MCMC``; :data:`SAMPLERS`)
     ``gibbs``: :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` as the engines run it: the scale
@@ -112,7 +116,7 @@ def gp_problem(n: int, seed: int = 0):
     kernel = RBF()
     params = kernel.init_params(X)
     kwargs = {"kernel": kernel, "params": params, "jitter": 1e-6}
-    return "gp", (jnp.asarray(X), jnp.asarray(y)), kwargs, models.gp_bsvm
+    return f"gp n={n}", (jnp.asarray(X), jnp.asarray(y)), kwargs, models.gp_bsvm
 
 
 SAMPLERS = {
@@ -141,7 +145,10 @@ def _run_chains(problem, sampler_name, *, warmup, draws, chains, chain_method, s
     """
     label, args, kwargs, model = problem
     site = "beta" if label == "linear" else "f"
-    extra = ("diverging", "num_steps") if sampler_name == "nuts" else ()
+    if sampler_name == "nuts":
+        extra = ("diverging", "num_steps")
+    else:
+        extra = () if label == "linear" else ("cg_iters", "cg_fallback")
     keys = jax.random.split(jax.random.key(seed), chains)
     groups = [keys] if chain_method == "vectorized" else [k[None] for k in keys]
     draws_out, stats_out = [], []
@@ -196,6 +203,8 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
         "ess_per_s_min_with_warmup": float(ess.min() / (run_s + warm_s)),
         "divergences": int(np.sum(stats["diverging"])) if nuts else None,
         "mean_leapfrog_steps": float(np.mean(stats["num_steps"])) if nuts else None,
+        "cg_iters": float(np.mean(stats["cg_iters"])) if "cg_iters" in stats else None,
+        "cg_fallbacks": int(np.sum(stats["cg_fallback"])) if "cg_fallback" in stats else None,
         "posterior_mean_first": float(draws_arr[..., 0].mean()),
     }
 
@@ -216,6 +225,8 @@ _COLUMNS = [
     ("compile s", "compile_s", "{:.1f}"),
     ("divergences", "divergences", "{}"),
     ("leapfrog steps", "mean_leapfrog_steps", "{:.1f}"),
+    ("CG iters", "cg_iters", "{:.2f}"),
+    ("CG fallbacks", "cg_fallbacks", "{}"),
 ]
 
 
@@ -251,7 +262,8 @@ def _plot(rows, path: Path) -> None:
         ax.bar(x + 0.2, [r["ess_per_s_median"] for r in sub], 0.4, label="median")
         ax.set_xticks(x, [r["sampler"].replace(" (", "\n(") for r in sub], fontsize=8)
         ax.set_ylabel("bulk ESS per second")
-        ax.set_title(f"{problem} (n={sub[0]['n']}, dim={sub[0]['dim']})")
+        size = "" if "n=" in problem else f"n={sub[0]['n']}, "
+        ax.set_title(f"{problem} ({size}dim={sub[0]['dim']})")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -267,6 +279,7 @@ def _environment(args) -> dict:
         "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "blas_threads": args.blas_threads,
         "quick": args.quick,
+        "command": "".join(f" {a}" for a in args.argv),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
 
@@ -300,7 +313,7 @@ def write_report(rows, env: dict, out: Path) -> None:
     text = [
         "# Gibbs vs NUTS: effective samples per second",
         "",
-        f"Written by `python -m benchmarks.mcmc_benchmark{' --quick' if env['quick'] else ''}`"
+        f"Written by `python -m benchmarks.mcmc_benchmark{env['command']}`"
         f" on {env['date']} ({env['cpu_count']} CPUs, load average at start "
         f"{', '.join(f'{v:.1f}' for v in env['load_average_at_start'] or [])}; BLAS threads "
         f"{env['blas_threads']}; JAX {env['jax']}).",
@@ -318,11 +331,14 @@ def write_report(rows, env: dict, out: Path) -> None:
         "directions of largest variance, so the chain crawls along them (ESS per draw, the "
         "'textbook' rows). The scale step removes the slowest of them (the overall scale); the "
         "line moves, exact draws from the marginal posterior along the principal directions "
-        "learned in warmup, remove the rest, which lifts the linear chain's smallest ESS per "
-        "draw above NUTS's at about 1.5x NUTS's time per draw. For the GP a sweep also "
-        "factorises an n x n matrix, which keeps it behind NUTS in ESS per second. Timings from "
-        "a loaded machine are noisy (see the load average: the chains of different samplers run "
-        "at different times); ESS per draw is not.",
+        "learned in warmup, remove the rest, which lifts the chain's smallest ESS per draw "
+        "above NUTS's. The cost per draw: a line move is a few passes over the margins; for "
+        "the GP the sweep's solve with K + diag(lam) / gamma takes a handful of products with K "
+        "by conjugate gradients (preconditioned with K's spectrum, computed once), where a "
+        "NUTS draw takes two products with the factor of K per leapfrog step, so the gap in "
+        "time per draw opens with n. Timings from a loaded machine are noisy (see the load "
+        "average: the chains of different samplers run at different times); ESS per draw is "
+        "not.",
         "",
         "![ESS per second](ess_per_second.png)",
         "",
@@ -343,9 +359,16 @@ def main(argv=None) -> int:
     parser.add_argument("--blas-threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=["linear", "gp"], default=None)
+    parser.add_argument("--gp-n", type=int, nargs="+", default=None,
+                        help="sizes of the GP problem (default: 300 and 1000; 60 with --quick)")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.quick:
         args.warmup, args.draws, args.chains = 200, 300, 2
+    if args.gp_n is None:
+        args.gp_n = [60] if args.quick else [300, 1000]
+    if min(args.gp_n) < 2:
+        parser.error(f"--gp-n must be at least 2, got {args.gp_n}")
     previous = ppl_bsvm.set_num_threads(args.blas_threads)
     try:
         _run(args)
@@ -357,12 +380,10 @@ def main(argv=None) -> int:
 
 @entry_point
 def _run(args) -> None:
-    if args.quick:
-        problems = [linear_problem(200, 5, args.seed), gp_problem(60, args.seed)]
-    else:
-        problems = [linear_problem(1000, 20, args.seed), gp_problem(300, args.seed)]
+    linear = linear_problem(200, 5, args.seed) if args.quick else linear_problem(1000, 20, args.seed)
+    problems = [linear] + [gp_problem(n, args.seed) for n in args.gp_n]
     if args.only:
-        problems = [p for p in problems if p[0] == args.only]
+        problems = [p for p in problems if p[0].split()[0] == args.only]
     env = _environment(args)
     rows = []
     for problem in problems:
@@ -371,7 +392,7 @@ def _run(args) -> None:
             row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,
                           chains=args.chains, chain_method=chain_method, seed=args.seed)
             rows.append(row)
-            print(f"{row['model']:7s} {row['sampler']:36s} {row['ms_per_draw']:8.3f} ms/draw  "
+            print(f"{row['model']:10s} {row['sampler']:36s} {row['ms_per_draw']:8.3f} ms/draw  "
                   f"ESS min {row['ess_min']:7.0f} median {row['ess_median']:7.0f}  "
                   f"R-hat {row['rhat_max']:.4f}  ESS/s min {row['ess_per_s_min']:8.0f}  "
                   f"compile {row['compile_s']:.1f} s", flush=True)

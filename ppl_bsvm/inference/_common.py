@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -119,6 +119,9 @@ class GPData(NamedTuple):
         Gibbs: the lower Cholesky factor of ``K``, computed once outside the loop.
     eps : (), optional
         ECM: floor of ``lamhat``.
+    pcg : Preconditioner, optional
+        Gibbs: the low-rank spectrum of ``K`` with which ``f | lam`` is solved by conjugate
+        gradients (``mcmc.pcg``); None: by a Cholesky factor per sweep.
     """
 
     K: jnp.ndarray
@@ -126,6 +129,7 @@ class GPData(NamedTuple):
     gamma: jnp.ndarray
     chol_K: jnp.ndarray | None = None
     eps: jnp.ndarray | None = None
+    pcg: Any = None
 
 
 def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:

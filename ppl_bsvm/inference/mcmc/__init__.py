@@ -13,10 +13,9 @@ from .conditionals import (
     sample_beta,
     sample_f,
     sample_lam,
-    sample_scale,
 )
 from .gibbs_kernel import BSVMGibbs
-from .line_moves import sample_line
+from .line_moves import sample_line, sample_scale
 from .sweep import GibbsState, GPData, gibbs_step
 from .variates import InverseGaussian, chi2_1, sample_gig_half
 from .nuts import default_hyperpriors, nuts_kernel, nuts_sample_stats

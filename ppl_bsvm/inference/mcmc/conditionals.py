@@ -23,10 +23,11 @@ has the full conditionals drawn here, alternately, in one sweep
         K - K (K + \Lambda/\gamma)^{-1} K\big) \quad (\text{GP})
 
 (:func:`sample_lam`, :func:`sample_beta`, :func:`sample_f`). The GP draw uses Matheron's rule
-(spec section 6), one Cholesky factor of ``B = I + S K S`` per sweep
-(:mod:`ppl_bsvm.inference.gaussian`):
-``f = f0 + K (K + N)^{-1} (Y(1 + lam) - f0 - e)`` with ``f0 ~ N(0, K)``, ``e ~ N(0, N)``,
-``N = Lambda / gamma``.
+(spec section 6), ``f = f0 + K (K + N)^{-1} (Y(1 + lam) - f0 - e)`` with ``f0 ~ N(0, K)``,
+``e ~ N(0, N)``, ``N = Lambda / gamma``: one solve with ``K + N`` per sweep, by a Cholesky
+factor of ``B = I + S K S`` (:mod:`ppl_bsvm.inference.gaussian`) or, where that pays, by
+conjugate gradients preconditioned with ``K``'s spectrum, computed once, to working precision
+(:mod:`ppl_bsvm.inference.mcmc.pcg`).
 
 **Scale step.** The two-block sampler above mixes slowly along one direction above all: the
 overall scale of ``beta`` (or ``f``). Given ``lam``, every point is a Gaussian
@@ -42,11 +43,10 @@ Haar measure ``dc / c``, on the *marginal* posterior):
           \exp\Big(-\tfrac{c^2}{2}\, \beta^\top\Sigma^{-1}\beta
           - 2\gamma\sum_i \max(0, 1 - c\, z_i^\top\beta)\Big), \quad c > 0,
 
-then ``beta <- c beta`` (:func:`sample_scale`). The density is log-concave in ``c``; it is
-drawn exactly by rejection from a three-piece envelope (flat around the mode, tangent
-exponentials in the tails; about 1.3 trials per draw). The sweep is then ``c``, the line moves
-(:mod:`ppl_bsvm.inference.mcmc.line_moves`), ``lam``, ``beta``, so the stored ``(beta, lam)``
-is a joint posterior draw. On that
+then ``beta <- c beta`` (:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_scale`). The
+density is log-concave in ``c``; it is drawn exactly by rejection from an envelope of tangents,
+as the line moves are (:mod:`ppl_bsvm.inference.mcmc.line_moves`). The sweep is then ``c``,
+the line moves, ``lam``, ``beta``, so the stored ``(beta, lam)`` is a joint posterior draw. On that
 benchmark the step raises the ESS per draw along the mean from 0.006 to 0.2 and the smallest
 over the coefficients from 0.011 to 0.055, at about 15% more time per sweep (the margins and
 ``beta^T beta`` are carried in the state, so it needs no matrix product). It does not help the
@@ -73,10 +73,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import random
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 
 from .. import gaussian
-from .variates import _gig_half_from_chi2, chi2_1
+from . import pcg
+from .variates import _gig_half_from_chi2, chi2_1, standard_normal
 
 __all__ = [
     "sample_lam",
@@ -84,8 +85,9 @@ __all__ = [
     "GramRows",
     "gram_rows",
     "sample_f",
+    "draw_f",
+    "FDraw",
     "overrelaxed",
-    "sample_scale",
 ]
 
 LAM_FLOOR = 1e-30
@@ -149,8 +151,10 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.
     Notes
     -----
     ``W (1 + lam) = w + gamma``, so the right-hand side is ``Z^T w + gamma Z^T 1``. One
-    Cholesky factor ``L`` of the precision: the mean by ``cho_solve`` and the noise by
-    ``L^{-T} xi`` (covariance ``(L L^T)^{-1}``); nothing is inverted.
+    Cholesky factor ``L`` of the precision: the mean ``L^{-T} L^{-1} rhs`` and the noise
+    ``L^{-T} xi`` (covariance ``(L L^T)^{-1}``) share their last triangular solve, also in
+    Adler's move, ``alpha prev + L^{-T} ((1 - alpha) L^{-1} rhs + sqrt(1 - alpha^2) xi)``
+    (:func:`overrelaxed`); nothing is inverted.
     """
     p = Z.shape[1]
     w = gamma / lam
@@ -160,9 +164,12 @@ def sample_beta(key, lam, Z, prior_scale=1.0, gamma=1.0, prev=None, overrelax=0.
         gram, rhs = _gram_from_rows(rows, w, gamma)
     prec = gram + jnp.eye(p, dtype=Z.dtype) / prior_scale**2
     chol = jax.lax.linalg.cholesky(prec, symmetrize_input=False)
-    mean = cho_solve((chol, True), rhs)
+    half = solve_triangular(chol, rhs, lower=True)  # L^-1 rhs
     xi = random.normal(key, (p,), Z.dtype)
-    return overrelaxed(mean, solve_triangular(chol.T, xi, lower=False), prev, overrelax)
+    if isinstance(overrelax, (int, float)) and overrelax == 0:
+        return solve_triangular(chol.T, half + xi, lower=False)
+    both = (1.0 - overrelax) * half + jnp.sqrt(1.0 - overrelax**2) * xi
+    return overrelax * prev + solve_triangular(chol.T, both, lower=False)
 
 
 class GramRows(NamedTuple):
@@ -219,12 +226,88 @@ def overrelaxed(mean, noise, prev, overrelax):
     return mean + overrelax * (prev - mean) + jnp.sqrt(1.0 - overrelax**2) * noise
 
 
-def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0):
+class FDraw(NamedTuple):
+    """Outcome of :func:`draw_f`: the draw, the conjugate-gradient iterations it took (0 on
+    the Cholesky path), whether their solve was refused and the Cholesky factor used, and
+    for the plain draw its prior quadratic form ``f^T K^-1 f`` (None when overrelaxed)."""
+
+    f: jnp.ndarray
+    cg_iters: jnp.ndarray
+    cg_fallback: jnp.ndarray
+    quad: jnp.ndarray | None = None
+
+
+def _unless(done, compute, value, operands):
+    """``value`` where ``done``, else ``compute(*operands)``. A ``while_loop`` of at most one
+    round rather than a ``cond``: under ``vmap`` a ``cond`` on a batched flag computes both
+    branches for every chain, the loop runs ``compute`` only when some chain needs it. The
+    operands pass an optimisation barrier with the loop's carry, so that XLA cannot hoist
+    ``compute``, whose inputs do not change in the loop, out of it (and run it always)."""
+    def body(carry):
+        _, operands_ = jax.lax.optimization_barrier((carry, operands))
+        return jnp.ones_like(carry[0]), compute(*operands_)
+
+    return jax.lax.while_loop(lambda carry: ~carry[0], body, (done, value))[1]
+
+
+def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None) -> FDraw:
+    r""":func:`sample_f` with its solver's record (:class:`FDraw`).
+
+    ``pre`` (:class:`~ppl_bsvm.inference.mcmc.pcg.Preconditioner`) solves ``(K + N) x = b``
+    by preconditioned conjugate gradients to a backward error of
+    :data:`~ppl_bsvm.inference.mcmc.pcg.TOL`; a solve that does not get there is replaced
+    by the Cholesky solve, so the draw is always exact. None: the Cholesky factor of
+    ``I + S K S`` (:func:`ppl_bsvm.inference.gaussian.factor`).
+
+    The plain draw ``f = f0 + K x``, ``f0 = L xi``, also gives its prior quadratic form
+    without a triangular solve: ``K^-1 f0 = L^-T xi`` and ``(L^-T xi)^T K x = xi^T L^T x =
+    f0^T x``, so
+
+    .. math:: f^\top K^{-1} f = \xi^\top \xi + 2 f_0^\top x + x^\top K x .
+    """
+    n = y.shape[0]
+    xi = standard_normal(key, (2, n), K.dtype)
+    noise = lam / gamma
+    f0 = chol_K @ xi[0]
+    f0_e = f0 + jnp.sqrt(noise) * xi[1]
+    target = y * (1.0 + lam)
+    plain = isinstance(overrelax, (int, float)) and overrelax == 0
+    if plain:
+        base, b = f0, target - f0_e
+    else:
+        shrink = jnp.sqrt(1.0 - overrelax**2)
+        base, b = overrelax * prev + shrink * f0, (1.0 - overrelax) * target - shrink * f0_e
+
+    def by_cholesky(K, noise, b):
+        x = gaussian.solve(gaussian.factor(K, noise), b)
+        return x, K @ x
+
+    if pre is None:
+        (x, Kx), iters, fallback = by_cholesky(K, noise, b), 0, False
+    else:
+        cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)
+        x, Kx = _unless(cg.ok, by_cholesky, (cg.x, cg.Kx), (K, noise, b))
+        iters, fallback = cg.iters, ~cg.ok
+    quad = xi[0] @ xi[0] + 2.0 * (f0 @ x) + x @ Kx if plain else None
+    return FDraw(base + Kx, jnp.asarray(iters, jnp.int32), jnp.asarray(fallback, jnp.int32), quad)
+
+
+def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None):
     r"""``f | lam ~ N(K (K + N)^{-1} Y(1 + lam), K - K (K + N)^{-1} K)``, ``N = Lambda/gamma``.
 
     Matheron's rule (spec section 6): ``f = f0 + K (K + N)^{-1} (Y(1 + lam) - f0 - e)`` with
-    ``f0 = chol_K xi_1 ~ N(0, K)`` and ``e ~ N(0, N)``; ``(K + N)`` is solved through the
-    Cholesky factor of ``I + S K S``, ``S = N^{-1/2}`` (:func:`ppl_bsvm.inference.gaussian.factor`).
+    ``f0 = chol_K xi_1 ~ N(0, K)`` and ``e ~ N(0, N)``: one solve with ``K + N``, through
+    the Cholesky factor of ``I + S K S``, ``S = N^{-1/2}``
+    (:func:`ppl_bsvm.inference.gaussian.factor`), or, given ``pre``, by preconditioned
+    conjugate gradients to working precision (:mod:`ppl_bsvm.inference.mcmc.pcg`).
+
+    With Adler's overrelaxation (:func:`overrelaxed`) the move
+    ``mean + alpha (prev - mean) + sqrt(1 - alpha^2) (f0 - K (K + N)^{-1} (f0 + e))``, where
+    ``mean = K (K + N)^{-1} Y(1 + lam)``, is linear in the solves, so it is one solve too:
+
+    .. math:: f' = \alpha f + \beta f_0 + K (K + N)^{-1}
+              \big((1 - \alpha) Y(1 + \lambda) - \beta (f_0 + e)\big),
+              \quad \beta = \sqrt{1 - \alpha^2}.
 
     Parameters
     ----------
@@ -239,156 +322,12 @@ def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0):
     prev : array of shape (n,), optional
         The current ``f``; needed when ``overrelax != 0``.
     overrelax : float in (-1, 1), default=0.0
-        Adler's coefficient (:func:`overrelaxed`). The mean and the zero-mean part of
-        Matheron's draw are then solved together (two right-hand sides, one factor).
+        Adler's coefficient (:func:`overrelaxed`).
+    pre : Preconditioner, optional
+        Solve by conjugate gradients with it (:func:`draw_f`).
 
     Returns
     -------
     f : array of shape (n,)
     """
-    n = y.shape[0]
-    k0, k1 = random.split(key)
-    noise = lam / gamma
-    f0 = chol_K @ random.normal(k0, (n,), K.dtype)
-    e = jnp.sqrt(noise) * random.normal(k1, (n,), K.dtype)
-    fac = gaussian.factor(K, noise)
-    target = y * (1.0 + lam)
-    if isinstance(overrelax, (int, float)) and overrelax == 0:
-        return f0 + K @ gaussian.solve(fac, target - f0 - e)
-    both = K @ gaussian.solve(fac, jnp.stack([target, f0 + e], axis=1))
-    return overrelaxed(both[:, 0], f0 - both[:, 1], prev, overrelax)
-
-
-_LOG_SCALE_RANGE = 30.0  # c is searched in [e^-30, e^30]
-_BRACKET_WIDTH = 2.0**-7  # the mode's bracket in log c is bisected down to this width
-_MAX_SCALE_TRIALS = 64
-_SCALE_PROPOSALS = 2  # envelope proposals drawn together per round of the rejection loop
-
-
-def _bisect(decreasing_fn, lo, hi, width):
-    """Bracket ``[lo, hi]`` of the sign change of a decreasing function (``fn(lo) > 0``),
-    bisected until it is at most ``width`` wide."""
-
-    def body(bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        positive = decreasing_fn(mid) > 0
-        return jnp.where(positive, mid, lo), jnp.where(positive, hi, mid)
-
-    return jax.lax.while_loop(lambda bracket: bracket[1] - bracket[0] > width, body, (lo, hi))
-
-
-def sample_scale(key, quad, margins, dim, gamma=1.0):
-    r"""Exact draw of ``c > 0`` from :math:`p(c) \propto c^{dim-1} e^{h_0(c)}`,
-    :math:`h_0(c) = -\tfrac12 quad\, c^2 - 2\gamma \sum_i \max(0, 1 - c\, m_i)`.
-
-    The full conditional of the scale of ``beta`` (``quad = beta^T Sigma^-1 beta``,
-    ``margins = Z beta``, ``dim = p``) or of ``f`` (``quad = f^T K^-1 f``, ``margins = y f``,
-    ``dim = n``) along its orbit; see the module docstring.
-
-    Parameters
-    ----------
-    key : PRNG key
-    quad : () float
-        Prior quadratic form at the current value (> 0; at 0 the orbit is a point and
-        ``c = 1`` is returned).
-    margins : (n,) float
-    dim : int
-        Dimension of the scaled vector.
-    gamma : float
-
-    Returns
-    -------
-    c : () float
-    trials : () int32
-        Envelope proposals used (``_MAX_SCALE_TRIALS + 1`` if none was accepted, in which
-        case ``c = 1``: a no-op that has never happened in our runs).
-
-    Notes
-    -----
-    :math:`h(c) = (dim - 1)\log c + h_0(c)` is concave, so every tangent is an upper bound
-    (at a kink ``c = 1/m_i`` the right derivative is a supergradient). The mode is bracketed by
-    bisection on :math:`h'` in :math:`\log c` (starting from ``[1/e, e]``, where it lies once
-    the chain is in the posterior); ``H``, the value at the bracket's lower end plus its
-    tangent across the bracket, bounds the maximum (the bracket is bisected to a width of
-    ``_BRACKET_WIDTH`` in ``log c``). With a spread ``s`` from the curvature
-    around the mode, ``c1 = mode - s`` and ``c2 = mode + s``; the envelope is the tangent at
-    ``c1`` on ``(0, c1]``, ``H`` on ``[c1, c2]`` and the tangent at ``c2`` beyond. Any
-    ``c1 < mode < c2`` gives a valid envelope: the bisection accuracy and the spread only
-    set the acceptance rate (about 0.75). Proposals are drawn ``_SCALE_PROPOSALS`` at a time
-    and the first accepted one is kept: the same law as drawing them one by one, in fewer
-    rounds of the loop (which, with vectorized chains, runs until every chain has accepted).
-    """
-    m = margins
-    dtype = m.dtype
-
-    def log_h(c):
-        return (dim - 1) * jnp.log(c) - 0.5 * quad * c**2 - 2.0 * gamma * jnp.sum(
-            jnp.maximum(0.0, 1.0 - c * m)
-        )
-
-    def slope(c):  # right derivative: a supergradient of the concave h
-        return (dim - 1) / c - quad * c + 2.0 * gamma * jnp.sum(jnp.where(c * m < 1.0, m, 0.0))
-
-    T = jnp.asarray(_LOG_SCALE_RANGE, dtype)
-    e = jnp.exp(jnp.ones((), dtype))
-    below, above = slope(1.0 / e) > 0, slope(e) < 0  # mode above 1/e, below e
-    lo = jnp.where(below, jnp.where(above, -1.0, 1.0), -T)
-    hi = jnp.where(above, jnp.where(below, 1.0, -1.0), T)
-    ta, tb = _bisect(lambda t: slope(jnp.exp(t)), lo, hi, _BRACKET_WIDTH)
-    ca, cb = jnp.exp(ta), jnp.exp(tb)
-    slope_a, slope_b = slope(ca), slope(cb)
-    H = log_h(ca) + jnp.maximum(slope_a, 0.0) * (cb - ca)
-    if dim == 1:  # h(0+) is finite and can be the maximum
-        H = jnp.maximum(H, -2.0 * gamma * m.shape[0])
-    # spread: the smallest of the smooth part's scale, the scale from a slope difference
-    # across the kinks, and 1/|slope| at the mode (a kink or the boundary c = 0)
-    smooth = jnp.sqrt(1.0 / ((dim - 1) / cb**2 + quad))
-    lo_c = jnp.maximum(cb - smooth, 0.5 * cb)
-    curvature = (slope(lo_c) - slope(cb + smooth)) / (cb + smooth - lo_c)
-    kink = jnp.maximum(jnp.abs(slope_a), jnp.abs(slope_b))
-    spread = jnp.minimum(
-        smooth,
-        jnp.minimum(jax.lax.rsqrt(jnp.maximum(curvature, 1e-300)), 1.0 / jnp.maximum(kink, 1e-300)),
-    )
-    c1, c2 = cb - spread, cb + spread
-    safe_c1 = jnp.where(c1 > 0, c1, cb)
-    h1, s1 = log_h(safe_c1), slope(safe_c1)
-    has_left = (c1 > 0) & (s1 > 0)
-    c1 = jnp.where(has_left, c1, 0.0)
-    s1 = jnp.where(has_left, s1, 1.0)
-    h2, s2 = log_h(c2), jnp.minimum(slope(c2), -1e-300)
-    mass_left = jnp.where(has_left, jnp.exp(h1 - H) * -jnp.expm1(-s1 * c1) / s1, 0.0)
-    mass_mid = c2 - c1
-    mass_right = jnp.exp(h2 - H) / -s2
-    total = mass_left + mass_mid + mass_right
-
-    def envelope(c):
-        return jnp.where(c < c1, h1 + s1 * (c - c1), jnp.where(c > c2, h2 + s2 * (c - c2), H))
-
-    def propose(k):
-        piece, v, acc = random.uniform(k, (3, _SCALE_PROPOSALS), dtype)
-        piece = piece * total
-        left = c1 + jnp.log1p(v * jnp.expm1(-s1 * c1)) / s1
-        right = c2 - jnp.log1p(-v) / -s2
-        c = jnp.where(piece < mass_left, left, jnp.where(piece < mass_left + mass_mid, c1 + v * mass_mid, right))
-        c = jnp.maximum(c, jnp.finfo(dtype).tiny)
-        accept = jnp.log(acc) <= jax.vmap(log_h)(c) - envelope(c)
-        first = jnp.argmax(accept)  # the first accepted proposal of the round
-        return c[first], accept[first], first
-
-    def cond(carry):
-        _, _, accepted, trials = carry
-        return jnp.logical_and(~accepted, trials < _MAX_SCALE_TRIALS)
-
-    def body(carry):
-        k, _, _, trials = carry
-        k, sub = random.split(k)
-        c, accepted, first = propose(sub)
-        return k, c, accepted, trials + jnp.where(accepted, first + 1, _SCALE_PROPOSALS).astype(jnp.int32)
-
-    init = (key, jnp.ones((), dtype), jnp.asarray(False), jnp.zeros((), jnp.int32))
-    _, c, accepted, trials = jax.lax.while_loop(cond, body, init)
-    trials = jnp.where(accepted, trials, _MAX_SCALE_TRIALS + 1)
-    c = jnp.where(accepted & (quad > 0), c, 1.0)
-    return c, trials
+    return draw_f(key, lam, K, chol_K, y, gamma, prev, overrelax, pre).f

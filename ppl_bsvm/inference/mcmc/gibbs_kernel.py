@@ -28,6 +28,7 @@ from ..._checks import boolean, open_interval, positive_float
 from ...kernels import Kernel, gram
 from .._common import LinearData
 from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
+from .pcg import preconditioner
 from .sweep import (
     GibbsState,
     GPData,
@@ -103,7 +104,12 @@ def _gp_data(args: dict) -> GPData:
             f"the kernel matrix K + jitter (jitter={args['jitter']:g}, relative) is not "
             "positive definite or not finite; increase jitter or check the kernel parameters"
         )
-    return GPData(K, y, _positive("gamma", args["gamma"], X.dtype), chol_K=chol_K)
+    gamma = _positive("gamma", args["gamma"], X.dtype)
+    if "pcg" in args:  # the engines' inputs: computed beforehand (the programs trace this)
+        pre = args["pcg"]
+    else:  # the NumPyro kernel: concrete data, the choice made here
+        pre = preconditioner(K, float(gamma)) if _concrete(K) and _concrete(gamma) else None
+    return GPData(K, y, gamma, chol_K=chol_K, pcg=pre)
 
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}
@@ -271,14 +277,16 @@ class BSVMGibbs(MCMCKernel):
     Notes
     -----
     ``sample_field = "z"``; ``lam``, ``lp``, ``scale``, ``scale_trials``, ``n_floored``,
-    ``line_trials`` and ``line_failed`` can be collected with ``extra_fields`` (see
-    :class:`GibbsState`). ``num_warmup`` sweeps are burn-in, during which only the line
-    moves' directions adapt. With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a
+    ``line_trials``, ``line_failed``, ``cg_iters`` and ``cg_fallback`` can be collected with
+    ``extra_fields`` (see :class:`GibbsState`). ``num_warmup`` sweeps are burn-in, during
+    which only the line moves' directions adapt (where the one-dimensional samplers start
+    their search adapts in every sweep, which changes their cost, never the law of a draw). With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a
     batch of keys and :meth:`sample` a batched state; the kernel ``vmap``\ s itself (the
     stack notes, section 2.b), and keeps the warmup schedule outside the ``vmap`` so that the
-    directions are computed only when a window closes. Data-dependent constants (``Z`` or the
-    factor of ``K``) are computed once in :meth:`init`; :meth:`sample` ignores
-    ``model_args``, as NumPyro's HMC does.
+    directions are computed only when a window closes. Data-dependent constants (``Z``, or the
+    factor of ``K`` and, when the conjugate-gradient path pays, its preconditioner) are
+    computed once in :meth:`init`; :meth:`sample` ignores ``model_args``, as NumPyro's HMC
+    does.
 
     Examples
     --------

@@ -4,7 +4,7 @@
 ``rows`` are the sampler's) and :class:`GPData` are the two models as the sampler sees them;
 :class:`LineMoves` holds a chain's line-move directions and the warmup statistics they are
 learned from; :class:`GibbsState` is the state of one chain. :func:`gibbs_step` is one sweep:
-the scale step (:func:`~ppl_bsvm.inference.mcmc.conditionals.sample_scale`), the line moves
+the scale step (:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_scale`), the line moves
 (:func:`~ppl_bsvm.inference.mcmc.line_moves.sample_line`), ``lam | z``, then ``z | lam``
 (:mod:`ppl_bsvm.inference.mcmc.conditionals`). :func:`init_state` starts a chain, and
 :func:`log_density` is the log marginal posterior the sweep leaves invariant.
@@ -20,8 +20,8 @@ from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._common import GPData, LinearData
-from .conditionals import LAM_FLOOR, sample_beta, sample_f, sample_lam, sample_scale
-from .line_moves import _MAX_LINE_TRIALS, sample_line
+from .conditionals import LAM_FLOOR, draw_f, sample_beta, sample_lam
+from .line_moves import _MAX_LINE_TRIALS, _PROPOSALS, _SPACING, sample_line, sample_scale
 
 __all__ = [
     "LineMoves",
@@ -43,10 +43,24 @@ class LineMoves(NamedTuple):
         is about one sd (the envelope's grid is laid out in those units).
     dm : (k, n)
         Change of the margins per unit along each direction (``Z v`` or ``y * v``).
-    Pv : (k, d)
-        Prior precision times each direction (``v / prior_scale^2`` or ``K^-1 v``).
+    PU : (k, d, 2)
+        For each direction, ``P v`` (the prior precision times it: ``v / prior_scale^2`` or
+        ``K^-1 v``) and ``u = v / sd^2`` for learned directions (``sd`` the sd along ``v``,
+        so that ``u^T z`` is ``z``'s coordinate along it in units of ``t``; zero for fixed
+        ones), side by side so that one product with ``z`` gives both.
     a : (k,)
         ``v^T P v``.
+    center : (k,)
+        ``u^T mu``, ``mu`` the mean of the window they were learned from: the line through
+        ``z`` along ``v`` has its mode, under the Gaussian of that window, at
+        ``p = center - u^T z`` (principal axes are independent under it).
+    place : (k, 3)
+        Where :func:`sample_line` starts its grid along each direction: exponentially
+        weighted sums of ``t p`` and ``p^2`` over the chain's draws ``t`` along it, for a
+        start at ``rho p``, ``rho = clip(sum t p / sum p^2, 0, 1)`` (the regression of the
+        draws on the prediction: close to 1 for the linear model; the GP's Gaussian of the
+        warmup predicts the line's mode less well), and the spacing the previous draw ended
+        with.
     count : () float
         Draws in the current warmup window.
     mean : (d,)
@@ -56,23 +70,32 @@ class LineMoves(NamedTuple):
 
     V: jnp.ndarray
     dm: jnp.ndarray
-    Pv: jnp.ndarray
+    PU: jnp.ndarray
     a: jnp.ndarray
+    center: jnp.ndarray
+    place: jnp.ndarray
     count: jnp.ndarray
     mean: jnp.ndarray
     m2: jnp.ndarray
 
 
-def _fresh_moves(V, data) -> LineMoves:
+def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
     """:class:`LineMoves` along directions ``V`` (k, d), with an empty warmup window: their
-    effect on the margins (``dm``) and on the prior (``Pv``, ``a``)."""
+    effect on the margins (``dm``) and on the prior (``P v``, ``a``), and the prediction of
+    the mode along them (``U``, ``center``; none when ``U`` is None)."""
     if isinstance(data, LinearData):
         dm, Pv = V @ data.Z.T, V / data.prior_scale**2
     else:
         dm, Pv = V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
-    d = V.shape[1]
-    return LineMoves(V, dm, Pv, jnp.sum(V * Pv, axis=1), jnp.zeros((), V.dtype),
-                     jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
+    k, d = V.shape
+    if U is None:
+        U, center = jnp.zeros_like(V), jnp.zeros((k,), V.dtype)
+    else:
+        center = U @ mean
+    # rho = 1 to start with (forgotten within tens of sweeps), the default spacing
+    place = jnp.broadcast_to(jnp.asarray([1.0, 1.0, _SPACING], V.dtype), (k, 3))
+    return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), jnp.sum(V * Pv, axis=1), center, place,
+                     jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
 
 
 def line_moves_init(data, directions) -> LineMoves:
@@ -92,22 +115,41 @@ def line_moves_init(data, directions) -> LineMoves:
     return _fresh_moves(V, data)
 
 
+_FIT_DECAY = 0.95
+"""Weight of the past in :attr:`LineMoves.place` (an effective memory of 20 sweeps)."""
+
+
 def _line_moves(key, value, margins, moves: LineMoves, gamma):
     """One exact draw along each direction in turn (:func:`sample_line`); returns the new
-    value and margins, the proposals used and the number of failed moves."""
+    value and margins, the proposals used, the number of failed moves and the moves with
+    the statistics that place the next grids (``place``). Where a grid starts
+    changes the cost of a draw, never its law, so adapting them keeps the sweep exact.
 
-    def move(carry, inputs):
-        value, margins = carry
-        k, v, dm, Pv, a = inputs
-        t, trials = sample_line(k, margins, dm, a, value @ Pv, gamma)
-        return (value + t * v, margins + t * dm), trials
+    A loop over the direction's index, not a ``scan`` over the directions: with the chains
+    vectorised, ``scan`` would transpose every ``(chains, k, n)`` array of the moves to put
+    the directions first, in every sweep."""
 
-    keys = random.split(key, moves.V.shape[0])
-    (value, margins), trials = jax.lax.scan(
-        move, (value, margins), (keys, moves.V, moves.dm, moves.Pv, moves.a)
-    )
-    return (value, margins, jnp.sum(trials, dtype=jnp.int32),
-            jnp.sum(trials > _MAX_LINE_TRIALS, dtype=jnp.int32))
+    k = moves.V.shape[0]
+    keys = random.split(key, k + 1)
+    uniforms = random.uniform(keys[k], (k, 3, _PROPOSALS), value.dtype)  # first rounds, in bulk
+
+    def move(j, carry):
+        value, margins, used, failed, place = carry
+        b, u = value @ moves.PU[j]
+        predicted = moves.center[j] - u
+        tp, pp, width = place[j]
+        rho = jnp.clip(tp / jnp.maximum(pp, 1e-300), 0.0, 1.0)
+        t, trials, width = sample_line(keys[j], margins, moves.dm[j], moves.a[j], b, gamma,
+                                       rho * predicted, width, uniforms[j])
+        place = place.at[j].set(jnp.stack([_FIT_DECAY * tp + t * predicted,
+                                           _FIT_DECAY * pp + predicted**2, width]))
+        return (value + t * moves.V[j], margins + t * moves.dm[j], used + trials,
+                failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), place)
+
+    zero = jnp.zeros((), jnp.int32)
+    value, margins, used, failed, place = jax.lax.fori_loop(
+        0, k, move, (value, margins, zero, zero, moves.place))
+    return value, margins, used, failed, moves._replace(place=place)
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
@@ -120,7 +162,7 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
 
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
     """The window's ``k`` principal directions of largest variance, each scaled by its sd,
-    and a fresh window. The covariance is shrunk towards a multiple of the identity as in
+    the prediction of the mode along them from the window's mean, and a fresh window. The covariance is shrunk towards a multiple of the identity as in
     Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
     a short window cannot give a direction of zero width."""
     k, d = moves.V.shape
@@ -129,8 +171,9 @@ def _learn_directions(moves: LineMoves, data) -> LineMoves:
     ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
     cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
     w, E = jnp.linalg.eigh(cov)
-    V = (E[:, d - k:] * jnp.sqrt(jnp.maximum(w[d - k:], 0.0))).T[::-1]
-    return _fresh_moves(V, data)
+    sd = jnp.sqrt(jnp.maximum(w[d - k:], jnp.finfo(w.dtype).tiny))
+    V, U = (E[:, d - k:] * sd).T[::-1], (E[:, d - k:] / sd).T[::-1]
+    return _fresh_moves(V, data, U, moves.mean)
 
 
 class GibbsState(NamedTuple):
@@ -153,12 +196,20 @@ class GibbsState(NamedTuple):
         The factor ``c`` of this sweep's scale step (1 without it).
     scale_trials : () int32
         Envelope proposals the scale step needed (0 without it).
+    scale_width : ()
+        Half-width in ``log c`` of the tangent grid the scale step ended with, where the
+        next one starts.
     n_floored : () int32
         How many ``lam_i`` were clamped at :data:`LAM_FLOOR` in this sweep.
     line_trials : () int32
         Envelope proposals of this sweep's line moves, all directions together (0 without).
     line_failed : () int32
         Line moves that found no draw and left the chain in place (see :func:`sample_line`).
+    cg_iters : () int32
+        Conjugate-gradient iterations of this sweep's ``f | lam`` draw (0 on the Cholesky
+        path and for the linear model; see :mod:`ppl_bsvm.inference.mcmc.pcg`).
+    cg_fallback : () int32
+        1 if that solve missed its tolerance and the draw used the Cholesky factor instead.
     moves : LineMoves
         The line moves' directions and warmup statistics.
     it : () int32
@@ -173,9 +224,12 @@ class GibbsState(NamedTuple):
     lp: jnp.ndarray
     scale: jnp.ndarray
     scale_trials: jnp.ndarray
+    scale_width: jnp.ndarray
     n_floored: jnp.ndarray
     line_trials: jnp.ndarray
     line_failed: jnp.ndarray
+    cg_iters: jnp.ndarray
+    cg_fallback: jnp.ndarray
     moves: LineMoves
     it: jnp.ndarray
     rng_key: jnp.ndarray
@@ -231,14 +285,16 @@ def gibbs_step(
     k_scale, k_lam, k_z = random.split(key, 3)
     (value,) = state.z.values()
     margins = state.margins
+    scale_width, moves = state.scale_width, state.moves
     if scale_step:
-        c, trials = sample_scale(k_scale, state.quad, margins, value.shape[0], data.gamma)
+        c, trials, scale_width = sample_scale(k_scale, state.quad, margins, value.shape[0],
+                                              data.gamma, scale_width)
         value, margins = c * value, c * margins
     else:
         c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
     if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
-        value, margins, line_trials, line_failed = _line_moves(
-            random.fold_in(k_scale, 1), value, margins, state.moves, data.gamma
+        value, margins, line_trials, line_failed, moves = _line_moves(
+            random.fold_in(k_scale, 1), value, margins, moves, data.gamma
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
@@ -249,13 +305,20 @@ def gibbs_step(
         z = {"beta": sample_beta(
             k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
         )}
+        cg_iters = cg_fallback = jnp.zeros((), jnp.int32)
     else:
-        z = {"f": sample_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax)}
-    quad, margins = _quad_and_margins(z, data)
+        draw = draw_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax,
+                      data.pcg)
+        z, cg_iters, cg_fallback = {"f": draw.f}, draw.cg_iters, draw.cg_fallback
+    if isinstance(data, GPData) and draw.quad is not None:  # no triangular solve
+        quad, margins = draw.quad, _margins(z, data)
+    else:
+        quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
     return state._replace(
         z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
-        n_floored=n_floored, line_trials=line_trials, line_failed=line_failed,
+        scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials,
+        line_failed=line_failed, cg_iters=cg_iters, cg_fallback=cg_fallback,
     )
 
 
@@ -275,7 +338,9 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
     # dtypes everywhere, so that the loop carry never changes type (no recompilation).
     int0 = jnp.zeros((), jnp.int32)
     lp = _lp(quad, margins, data.gamma)
+    dim = next(iter(z.values())).shape[0]
+    width = _SPACING * jax.lax.rsqrt(jnp.maximum(dim - 1 + quad, 1e-12))  # the smooth part's sd
     return GibbsState(
-        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, int0, int0, int0,
-        line_moves_init(data, directions), int0, key,
+        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, width, int0,
+        int0, int0, int0, int0, line_moves_init(data, directions), int0, key,
     )

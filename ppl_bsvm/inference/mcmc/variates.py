@@ -1,12 +1,14 @@
-r"""Random variates of the exact Gibbs sampler: :math:`\chi^2_1`, GIG(1/2), inverse Gaussian.
+r"""Random variates of the exact Gibbs sampler: normals, :math:`\chi^2_1`, GIG(1/2), inverse
+Gaussian.
 
 The ``lam`` conditional of the sampler
 (:func:`~ppl_bsvm.inference.mcmc.conditionals.sample_lam`) is a :math:`\mathrm{GIG}(1/2)`
 law, the reciprocal of an inverse Gaussian. Both are drawn here by a cancellation-free form of
 Michael, Schucany & Haas (1976), exact on the margin, where the inverse Gaussian's mean is
 infinite; the draws take their :math:`\chi^2_1` from both halves of Box-Muller pairs
-(:func:`chi2_1`, half the cost of float64 ``erf_inv`` normals). :class:`InverseGaussian` is the
-law as a NumPyro distribution (NumPyro 0.22 has none).
+(:func:`chi2_1`, half the cost of float64 ``erf_inv`` normals), and the GP sweep's normals are
+drawn the same way (:func:`standard_normal`). :class:`InverseGaussian` is the law as a NumPyro
+distribution (NumPyro 0.22 has none).
 """
 
 from __future__ import annotations
@@ -21,7 +23,26 @@ from numpyro.distributions import constraints
 from numpyro.distributions.util import promote_shapes, validate_sample
 from numpyro.util import is_prng_key
 
-__all__ = ["InverseGaussian", "chi2_1", "sample_gig_half"]
+__all__ = ["InverseGaussian", "chi2_1", "sample_gig_half", "standard_normal"]
+
+
+def _box_muller(key, size: int, dtype, angle: float):
+    """``(R^2, theta)`` of ``ceil(size / 2)`` Box-Muller pairs: ``R^2 = -2 log(1 - u)``,
+    ``theta = angle * v`` with ``u, v ~ U(0, 1)``."""
+    u = random.uniform(key, (2, (size + 1) // 2), dtype)
+    return -2.0 * jnp.log(1.0 - u[0]), angle * u[1]  # 1 - u in (0, 1]: finite
+
+
+def standard_normal(key, shape=(), dtype=float):
+    r"""Independent ``N(0, 1)`` draws: both normals ``(R cos theta, R sin theta)`` of Box-Muller
+    pairs, ``R^2 = -2 log(1 - u)``, ``theta = 2 pi v`` (about half the cost of
+    ``random.normal``'s float64 ``erf_inv``; see :func:`chi2_1`)."""
+    shape = tuple(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    r2, theta = _box_muller(key, size, dtype, 2.0 * jnp.pi)
+    radius = jnp.sqrt(r2)
+    both = jnp.concatenate([radius * jnp.cos(theta), radius * jnp.sin(theta)])
+    return both[:size].reshape(shape)
 
 
 def chi2_1(key, shape=(), dtype=float):
@@ -37,10 +58,7 @@ def chi2_1(key, shape=(), dtype=float):
     """
     shape = tuple(shape)
     size = int(np.prod(shape, dtype=np.int64))
-    half = (size + 1) // 2
-    u = random.uniform(key, (2, half), dtype)
-    r2 = -2.0 * jnp.log(1.0 - u[0])  # 1 - u in (0, 1]: finite
-    theta = jnp.pi * u[1]
+    r2, theta = _box_muller(key, size, dtype, jnp.pi)
     both = jnp.concatenate([r2 * jnp.cos(theta) ** 2, r2 * jnp.sin(theta) ** 2])
     return both[:size].reshape(shape)
 

@@ -36,7 +36,7 @@ from ppl_bsvm.inference.mcmc import (
     sample_line,
     sample_scale,
 )
-from ppl_bsvm.inference.mcmc import line_moves, sweep
+from ppl_bsvm.inference.mcmc import line_moves, pcg, sweep
 from ppl_bsvm.inference.mcmc._common import thin_draws
 
 P_MIN = 1e-3
@@ -146,7 +146,7 @@ def test_sample_scale_matches_its_density(case):
     else:
         margins, quad, dim, gamma = np.array([0.9, 1.4, -0.2]), 2.0, 2, 1.0
     fn = jax.jit(jax.vmap(lambda k: sample_scale(k, quad, jnp.asarray(margins), dim, gamma)))
-    c, trials = (np.asarray(v) for v in fn(_keys(6, 4000)))
+    c, trials, _ = (np.asarray(v) for v in fn(_keys(6, 4000)))
     assert np.all(c > 0) and trials.max() <= 20 and trials.mean() < 2.0
     cdf = _scale_cdf(quad, margins, dim, gamma)
     assert stats.kstest(c, cdf).pvalue > P_MIN
@@ -170,13 +170,16 @@ def _line_cdf(margins, dm, a, b, gamma):
 
 
 @pytest.mark.parametrize(
-    "case", ["unit_sd", "mode_far_left", "wide", "narrow", "flat_prior_kinked", "few_points"],
+    "case",
+    ["unit_sd", "mode_far_left", "wide", "narrow", "flat_prior_kinked", "few_points",
+     "start_off_mode", "start_too_fine"],
 )
 def test_sample_line_matches_its_density(case):
     """Exact draws along a line against quadrature: the grid search must cope with a mode
-    far from 0, a spread far from one unit, and a density made of a few kinks."""
+    far from where it starts, a spread far from its starting spacing, and a density made of
+    a few kinks."""
     r = np.random.default_rng(31)
-    n, a, b, gamma = 80, 0.05, 0.0, 1.0
+    n, a, b, gamma, center, width = 80, 0.05, 0.0, 1.0, 0.0, 1.5
     margins, dm = r.normal(1.0, 1.5, n), r.normal(0.0, 0.15, n)
     if case == "mode_far_left":
         b = 6.0
@@ -188,30 +191,36 @@ def test_sample_line_matches_its_density(case):
         a, margins, dm = 1e-9, np.array([0.5, 1.2, 2.0, -0.3]), np.array([0.8, -0.6, 1.1, -0.9])
     elif case == "few_points":
         margins, dm, gamma = np.array([0.2, 1.7]), np.array([0.4, -0.3]), 0.7
+    elif case == "start_off_mode":  # a poor prediction of the mode
+        center = 9.0
+    elif case == "start_too_fine":
+        width = 1e-4
     fn = jax.jit(jax.vmap(lambda k: sample_line(
-        k, jnp.asarray(margins), jnp.asarray(dm), a, b, gamma)))
-    t, trials = (np.asarray(v) for v in fn(_keys(32, 4000)))
+        k, jnp.asarray(margins), jnp.asarray(dm), a, b, gamma, center, width)))
+    t, trials, _ = (np.asarray(v) for v in fn(_keys(32, 4000)))
     assert trials.max() <= 30 and trials.mean() < 2.0  # never a failed draw (129)
     assert stats.kstest(t, _line_cdf(margins, dm, a, b, gamma)).pvalue > P_MIN
 
 
-def test_chord_envelope_lies_above_the_density():
+@pytest.mark.parametrize("lower", [-np.inf, 0.0])
+def test_tangent_envelope_lies_above_the_density(lower):
     """Each linear piece of the log envelope bounds the log density on its interval, and the
-    intervals tile the line."""
+    intervals tile ``(lower, inf)``."""
     r = np.random.default_rng(33)
     for _ in range(20):
         margins, dm = r.normal(1.0, 1.5, 30), r.normal(0.0, 0.5, 30)
         a, b = r.uniform(0.01, 2.0), r.normal()
-        t = np.sort(r.uniform(-4, 4, 7))
-        h = _line_log_density(t, margins, dm, a, b, 1.0)
-        envelope = line_moves._chord_envelope(jnp.asarray(t), jnp.asarray(h))
-        lo, hi, at, ah, slope = (np.asarray(v) for v in envelope)
-        order = np.argsort(lo, kind="stable")
-        assert lo[order[0]] == -np.inf and hi[order[-1]] == np.inf
-        np.testing.assert_array_equal(hi[order[:-1]], lo[order[1:]])
+        t = np.sort(r.uniform(0.1 if lower == 0 else -4, 4, 3))
+        h, slope = line_moves._line_eval(jnp.asarray(t), jnp.asarray(1.0 - margins),
+                                         jnp.asarray(dm), a, b, 1.0)
+        envelope = line_moves._tangent_envelope(jnp.asarray(t), h, slope, lower)
+        lo, hi, at, ah, sl = (np.asarray(v) for v in envelope)
+        assert lo[0] == lower and hi[-1] == np.inf
+        np.testing.assert_array_equal(hi[:-1], lo[1:])
+        assert np.all(hi >= lo)
         for j in range(lo.size):
             x = np.linspace(max(lo[j], -12.0), min(hi[j], 12.0), 201)
-            bound = ah[j] + slope[j] * (x - at[j])
+            bound = ah[j] + sl[j] * (x - at[j])
             assert np.all(bound >= _line_log_density(x, margins, dm, a, b, 1.0) - 1e-9)
 
 
@@ -254,7 +263,9 @@ def test_gram_rows_give_the_same_beta_draw():
         np.testing.assert_allclose(fast, plain, rtol=1e-10, atol=1e-12)
 
 
-def test_sample_f_is_the_conditional_gaussian():
+@pytest.mark.parametrize("rank", [None, 4])
+def test_sample_f_is_the_conditional_gaussian(rank):
+    """By the Cholesky factor, and by conjugate gradients with a rank-4 preconditioner."""
     r = np.random.default_rng(13)
     X = r.normal(size=(8, 2))
     y = np.sign(r.normal(size=8))
@@ -266,7 +277,9 @@ def test_sample_f_is_the_conditional_gaussian():
     A = K @ np.linalg.inv(K + N)
     mean, cov = A @ (y * (1 + lam)), K - A @ K
     Kj, L = jnp.asarray(K), jnp.linalg.cholesky(jnp.asarray(K))
-    draws = jax.vmap(lambda k: sample_f(k, jnp.asarray(lam), Kj, L, jnp.asarray(y), gamma))(_keys(8, N_DRAWS))
+    pre = None if rank is None else pcg.preconditioner(K, gamma, rank=rank)
+    draws = jax.vmap(lambda k: sample_f(k, jnp.asarray(lam), Kj, L, jnp.asarray(y), gamma,
+                                        pre=pre))(_keys(8, N_DRAWS))
     _check_gaussian(np.asarray(draws), mean, cov)
 
 
@@ -430,6 +443,18 @@ def test_direction_schedule(plane):
     )
 
 
+def test_a_chain_started_at_zero_recovers(plane):
+    """At ``beta = 0`` the scale's orbit is a point (the step is a no-op, and its grid search
+    runs away): the next sweeps must start their searches afresh, not from that one."""
+    X, y = plane[:2]
+    mcmc = MCMC(BSVMGibbs(models.linear_bsvm), num_warmup=20, num_samples=50, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.key(4), X, y.astype(float), init_params={"beta": jnp.zeros((2, 2))},
+             extra_fields=("scale_trials", "line_failed"))
+    extra = mcmc.get_extra_fields()
+    assert int(np.max(extra["scale_trials"])) < 20 and int(np.sum(extra["line_failed"])) == 0
+
+
 def test_nuts_fit_face(plane_fits):
     fit = plane_fits["nuts"]
     ss = fit.idata.sample_stats
@@ -471,15 +496,27 @@ def curve_fits(curve):
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
         "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.8, seed=7,
                                                   **common),
+        "gibbs_cg": lambda: _fit_by_cg(X, y, seed=8, **common),
         "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
     })
+
+
+def _fit_by_cg(X, y, **kwargs):
+    """The Gibbs fit with ``f | lam`` solved by conjugate gradients (``mcmc.pcg``), which the
+    rank rule keeps for larger problems: forced here with rank 8."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pcg, "pcg_rank", lambda eigenvalues, gamma=1.0: 8)
+        fit = ppl_bsvm.fit(X, y, method="gibbs", **kwargs)
+    iters = fit.idata.sample_stats["cg_iters"].values
+    assert iters.min() > 0 and int(fit.idata.sample_stats["cg_fallback"].sum()) == 0
+    return fit
 
 
 def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed"])
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed", "gibbs_cg"])
 def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
     g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)

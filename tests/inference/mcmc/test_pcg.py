@@ -1,0 +1,170 @@
+"""The conjugate-gradient solve of the GP sweep against dense linear algebra.
+
+The draw of ``f | lam`` is a linear map of the sweep's normal draws; with the same normals the
+conjugate-gradient path must give the dense formula's draw to working precision (so its mean
+and covariance are the conditional's), reach its backward-error tolerance on well and badly
+conditioned noise, and fall back to the Cholesky factor, chain by chain, when it does not.
+The law of its draws is checked with the other conditionals (``test_mcmc.py``,
+``test_sample_f_is_the_conditional_gaussian``), and the whole sampler on this path against
+NUTS (``test_gibbs_and_nuts_agree_on_a_small_gp``).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ppl_bsvm import datasets, kernels
+from ppl_bsvm.inference.mcmc import conditionals, pcg
+from ppl_bsvm.inference.mcmc.variates import standard_normal
+
+ACCURACY = 1e-14
+"""Largest error of a draw relative to ``||A|| ||x|| + ||b||``: about ten times pcg.TOL, a
+fixed number so that a looser solver fails the tests."""
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _banana_K(n, seed=0, kernel=None):
+    X, _ = datasets.load("banana", standardize=True)
+    X = X[np.sort(np.random.default_rng(seed).choice(len(X), n, replace=False))]
+    kernel = kernels.RBF() if kernel is None else kernel
+    return np.asarray(kernels.gram(kernel, kernel.init_params(X), jnp.asarray(X), 1e-6))
+
+
+def _noise(n, case, seed=1):
+    """``lam / gamma`` as the sweep meets it: GIG draws around the margin, some of them tiny,
+    some at the floor, or all large."""
+    r = np.random.default_rng(seed)
+    lam = r.gamma(0.5, 2.0, n) + np.abs(r.normal(0.0, 1.0, n))
+    if case == "tiny":
+        lam[r.choice(n, n // 6, replace=False)] = 1e-12
+    elif case == "floor":
+        lam[r.choice(n, n // 6, replace=False)] = conditionals.LAM_FLOOR
+    elif case == "large":
+        lam = lam * 1e4
+    return lam
+
+
+def test_rank_rule():
+    """Smooth kernels get a low rank (a multiple of 8) once n is large enough to pay; small
+    problems and rough kernels keep the Cholesky factor (rank 0)."""
+    d = np.linalg.eigvalsh(_banana_K(300))
+    r = pcg.pcg_rank(d)
+    assert 0 < r < 100 and r % pcg.RANK_STEP == 0
+    # the rank keeps every eigenvalue above the flattened tail
+    assert np.sum(d > d[0] + pcg.TAIL_TOL) <= r
+    assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(25))) == 0
+    rough = kernels.Matern32(lengthscale=0.02)
+    assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(300, kernel=rough))) == 0
+    assert pcg.preconditioner(_banana_K(25)) is None
+
+
+@pytest.mark.parametrize("case", ["typical", "tiny", "floor", "large"])
+def test_solve_reaches_the_backward_error_tolerance(case):
+    """The accepted solution's normwise backward error, recomputed here, is below TOL, and it
+    is the dense solution up to the conditioning of ``K + N``."""
+    n = 200
+    K = _banana_K(n)
+    noise = _noise(n, case)
+    b = np.random.default_rng(2).normal(size=n)
+    pre = pcg.preconditioner(K)
+    assert pre is not None
+    out = pcg.solve(pre, jnp.asarray(K), jnp.asarray(noise), jnp.asarray(b))
+    assert bool(out.ok) and 1 <= int(out.iters) <= 30
+    A = K + np.diag(noise)
+    x = np.asarray(out.x)
+    residual = b - A @ x
+    eta = np.linalg.norm(residual) / (np.linalg.norm(A, 2) * np.linalg.norm(x) + np.linalg.norm(b))
+    assert eta <= ACCURACY / 10
+    np.testing.assert_allclose(out.Kx, K @ x, rtol=0, atol=1e-12 * np.abs(K @ x).max())
+    exact = np.linalg.solve(A, b)
+    kappa = np.linalg.cond(A)
+    assert np.linalg.norm(x - exact) <= 1e3 * kappa * np.finfo(float).eps * np.linalg.norm(exact)
+
+
+def _reference_draw(key, lam, K, L, y, gamma, prev, overrelax):
+    """The sweep's draw of ``f | lam`` from the same normals, by a dense solve refined with
+    residuals in extended precision, and the scale ``||A|| ||x|| + ||b||`` of its system.
+
+    Matheron's rule is ``f = f0 + K (K + N)^{-1} (t - f0 - e)``; Adler's move with
+    coefficient ``alpha`` is ``alpha f + beta f0 + K (K + N)^{-1} ((1 - alpha) t - beta (f0 +
+    e))``, ``beta = sqrt(1 - alpha^2)`` (:func:`conditionals.sample_f`)."""
+    n = y.shape[0]
+    xi = np.asarray(standard_normal(key, (2, n), jnp.float64))
+    noise = lam / gamma
+    f0 = np.asarray(L) @ xi[0]
+    f0_e = f0 + np.sqrt(noise) * xi[1]
+    beta = np.sqrt(1.0 - overrelax**2)
+    base = overrelax * prev + beta * f0
+    b = (1.0 - overrelax) * y * (1.0 + lam) - beta * f0_e
+    A = K + np.diag(noise)
+    x = np.linalg.solve(A, b)
+    wide = np.longdouble
+    for _ in range(3):
+        x = x + np.linalg.solve(A, (b.astype(wide) - A.astype(wide) @ x.astype(wide)).astype(float))
+    f = (base.astype(wide) + K.astype(wide) @ x.astype(wide)).astype(float)
+    return f, np.linalg.norm(A, 2) * np.linalg.norm(x) + np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("overrelax", [0.0, -0.9])
+@pytest.mark.parametrize("case", ["typical", "tiny"])
+def test_cg_draw_is_the_dense_draw(case, overrelax):
+    """Same normals, same draw: by conjugate gradients and by the Cholesky factor, both
+    within :data:`ACCURACY` (relative to ``||A|| ||x|| + ||b||``) of a refined dense solve. So the conjugate-gradient path is as exact as the Cholesky one, on a
+    well-conditioned system and on one with a sixth of the noise at 1e-12 (cond ~ 1e8)."""
+    n, gamma = 200, 1.3
+    K = _banana_K(n)
+    r = np.random.default_rng(5)
+    lam = _noise(n, case) * gamma
+    y = np.sign(r.normal(size=n))
+    prev = r.normal(size=n)
+    pre = pcg.preconditioner(K, gamma)
+    L = jnp.linalg.cholesky(jnp.asarray(K))
+    args = (jnp.asarray(lam), jnp.asarray(K), L, jnp.asarray(y), gamma, jnp.asarray(prev),
+            overrelax)
+    for seed in range(3):
+        key = jax.random.key(seed)
+        by_cg = conditionals.draw_f(key, *args, pre)
+        by_chol = conditionals.draw_f(key, *args, None)
+        assert int(by_cg.cg_fallback) == 0 and int(by_cg.cg_iters) > 0
+        assert int(by_chol.cg_iters) == 0
+        reference, scale = _reference_draw(key, lam, K, L, y, gamma, prev, overrelax)
+        for draw in (by_cg, by_chol):
+            assert np.linalg.norm(np.asarray(draw.f) - reference) <= ACCURACY * scale
+            # the plain draw's quadratic form f^T K^-1 f, computed without a solve with K
+            if overrelax == 0:
+                quad = np.asarray(draw.f) @ np.linalg.solve(K, np.asarray(draw.f))
+                assert float(draw.quad) == pytest.approx(quad, rel=1e-9)
+            else:
+                assert draw.quad is None
+
+
+def test_failed_solves_fall_back_chain_by_chain(monkeypatch):
+    """With vectorised chains, a chain whose solve misses the tolerance within MAX_ITER
+    iterations takes the Cholesky draw; the others keep theirs."""
+    n = 200
+    K = jnp.asarray(_banana_K(n))
+    L = jnp.linalg.cholesky(K)
+    lam = jnp.asarray(np.stack([_noise(n, "large"), _noise(n, "floor")]))
+    y = jnp.asarray(np.sign(np.random.default_rng(6).normal(size=n)))
+    pre = pcg.preconditioner(np.asarray(K))
+    keys = jax.random.split(jax.random.key(7), 2)
+
+    def draws(pre):
+        return jax.vmap(lambda k, l: conditionals.draw_f(k, l, K, L, y, 1.0, None, 0.0, pre))(
+            keys, lam)
+
+    full = draws(pre)
+    iters = np.asarray(full.cg_iters)
+    assert iters[0] < iters[1]  # the floored noise takes more iterations
+    monkeypatch.setattr(pcg, "MAX_ITER", int(iters[0]))
+    capped = draws(pre)
+    np.testing.assert_array_equal(capped.cg_fallback, [0, 1])
+    exact = draws(None)
+    np.testing.assert_array_equal(capped.f[0], full.f[0])
+    np.testing.assert_array_equal(capped.f[1], exact.f[1])

@@ -37,16 +37,31 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   ``PPL_BSVM_CACHE_DIR=off`` turns it off; a cache directory the user configured in JAX
   (``jax_compilation_cache_dir``) is used as it is and never changed. Beside the compiled
   programs, :mod:`ppl_bsvm._programs` keeps the library's main programs as traced and lowered
-  (its subfolder ``programs``), so that a new process skips tracing and lowering them too.
+  (its subfolder ``programs``), so that a new process skips tracing and lowering them too;
+
+* keeps the process clear of the kernel's **limit on memory mappings** (Linux
+  ``vm.max_map_count``, 65,530 by default). Every XLA program compiled or loaded on the CPU
+  holds memory mappings for its code and data for as long as JAX keeps it, and JAX keeps every
+  program it compiled: a few for a small function, about 100 for a sampler's segment (a first
+  Gibbs fit of the GP model holds 1,100, NUTS 650, S-BSVM 950). A long session (a notebook
+  that fits many models, a test suite) reaches the limit, and then XLA's next compilation fails inside the
+  JIT linker and the process dies with a segmentation fault while C++ unwinds the error
+  (observed: 65,287 mappings in the core file of a crashed pytest worker). So before a call,
+  at most once a second, :func:`release_programs_near_map_limit` counts the mappings; beyond
+  :data:`MAP_FRACTION` of the limit it releases JAX's in-memory programs
+  (``jax.clear_caches()``, which unmaps them), warns once, and the programs come back from
+  the persistent cache or by compiling again when next used.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -60,6 +75,9 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "available_cores",
+    "MAP_FRACTION",
+    "memory_map_usage",
+    "release_programs_near_map_limit",
     "enable_compilation_cache",
     "compilation_cache_dir",
 ]
@@ -189,16 +207,83 @@ def blas_threads(size: int | None = None):
         yield n
 
 
+# --- memory mappings --------------------------------------------------------------------------
+
+MAP_FRACTION = 0.75
+"""Share of ``vm.max_map_count`` beyond which :func:`release_programs_near_map_limit` releases
+JAX's in-memory programs (a quarter of the default limit, 16,000 mappings, leaves room for
+a dozen new samplers before the next check, at most a second later)."""
+_MAP_CHECK_SECONDS = 1.0
+_last_map_check = -float("inf")
+_map_warned = False
+
+
+def memory_map_usage() -> tuple[int, int] | None:
+    """``(mappings this process holds, the kernel's limit)``; None where the platform has no
+    such limit to read (anything but Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count", "rb") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps", "rb") as f:
+            used = f.read().count(b"\n")
+    except (OSError, ValueError):
+        return None
+    return used, limit
+
+
+def release_programs_near_map_limit(fraction: float = MAP_FRACTION, *, warn: bool = True
+                                    ) -> bool:
+    """Release JAX's in-memory compiled programs when the process holds more than
+    ``fraction`` of the kernel's limit on memory mappings (module doc); True if it did."""
+    global _map_warned
+    usage = memory_map_usage()
+    if usage is None or usage[0] < fraction * usage[1]:
+        return False
+    used, limit = usage
+    jax.clear_caches()
+    gc.collect()
+    if warn and not _map_warned:
+        _map_warned = True
+        warnings.warn(
+            f"this process held {used} memory mappings, {used / limit:.0%} of the kernel's "
+            f"limit (vm.max_map_count = {limit}); compiled XLA programs hold them and XLA "
+            "crashes when none is left, so ppl_bsvm released JAX's in-memory "
+            "compiled programs: they load from the persistent cache or compile again when "
+            "next used. Raising the limit (sysctl -w vm.max_map_count=262144) avoids this.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return True
+
+
+def _check_map_limit() -> None:
+    global _last_map_check
+    now = time.monotonic()
+    if now - _last_map_check >= _MAP_CHECK_SECONDS:
+        _last_map_check = now
+        release_programs_near_map_limit()
+
+
 # --- entry points -------------------------------------------------------------------------------
+
+_depth = threading.local()
 
 
 def entry_point(fn):
-    """Decorator for public functions: float64 and the library's thread counts (module doc)."""
+    """Decorator for public functions: float64, the library's thread counts and the check of
+    memory mappings before the outermost call (module doc)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with jax.enable_x64(True), blas_threads():
-            return fn(*args, **kwargs)
+        depth = getattr(_depth, "value", 0)
+        if depth == 0:
+            _check_map_limit()
+        _depth.value = depth + 1
+        try:
+            with jax.enable_x64(True), blas_threads():
+                return fn(*args, **kwargs)
+        finally:
+            _depth.value = depth
 
     return wrapper
 

@@ -44,3 +44,20 @@ def pytest_collection_modifyitems(config, items):
     worker busy for minutes after the other had finished.
     """
     items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_notebooks.py") else 1)
+
+
+_tests_started = [0]
+
+
+@pytest.fixture(autouse=True)
+def _release_programs_between_tests():
+    """A pytest worker compiles thousands of XLA programs, each holding memory mappings; at
+    the kernel's limit XLA crashes (ppl_bsvm._runtime, "memory mappings"). The library
+    releases JAX's programs at 75 % of the limit before a call; releasing here, between
+    tests, at half of it keeps that from happening inside a test that counts compilations."""
+    _tests_started[0] += 1
+    if _tests_started[0] % 10 == 0:
+        from ppl_bsvm import _runtime
+
+        _runtime.release_programs_near_map_limit(0.5, warn=False)
+    yield

@@ -44,9 +44,9 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   holds memory mappings for its code and data for as long as JAX keeps it, and JAX keeps every
   program it compiled: a few for a small function, about 100 for a sampler's segment (a first
   Gibbs fit of the GP model holds 1,100, NUTS 650, S-BSVM 950). A long session (a notebook
-  that fits many models, a test suite) reaches the limit, and then XLA's next compilation fails inside the
-  JIT linker and the process dies with a segmentation fault while C++ unwinds the error
-  (observed: 65,287 mappings in the core file of a crashed pytest worker). So before a call,
+  that fits many models, a test suite) reaches the limit, and then XLA's next compilation
+  fails inside the JIT linker and the process dies with a segmentation fault while C++
+  unwinds the error (observed: 65,287 mappings in the core file of a crashed pytest worker). So before a call,
   at most once a second, :func:`release_programs_near_map_limit` counts the mappings; beyond
   :data:`MAP_FRACTION` of the limit it releases JAX's in-memory programs
   (``jax.clear_caches()``, which unmaps them), warns once, and the programs come back from
@@ -231,10 +231,11 @@ def memory_map_usage() -> tuple[int, int] | None:
     return used, limit
 
 
-def release_programs_near_map_limit(fraction: float = MAP_FRACTION, *, warn: bool = True
-                                    ) -> bool:
+def release_programs_near_map_limit(fraction: float = MAP_FRACTION, *, warn: bool = True,
+                                    stacklevel: int = 2) -> bool:
     """Release JAX's in-memory compiled programs when the process holds more than
-    ``fraction`` of the kernel's limit on memory mappings (module doc); True if it did."""
+    ``fraction`` of the kernel's limit on memory mappings (module doc); True if it did. The
+    first release of the process warns (``warn``; ``stacklevel`` as for ``warnings.warn``)."""
     global _map_warned
     usage = memory_map_usage()
     if usage is None or usage[0] < fraction * usage[1]:
@@ -251,7 +252,7 @@ def release_programs_near_map_limit(fraction: float = MAP_FRACTION, *, warn: boo
             "compiled programs: they load from the persistent cache or compile again when "
             "next used. Raising the limit (sysctl -w vm.max_map_count=262144) avoids this.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     return True
 
@@ -261,7 +262,7 @@ def _check_map_limit() -> None:
     now = time.monotonic()
     if now - _last_map_check >= _MAP_CHECK_SECONDS:
         _last_map_check = now
-        release_programs_near_map_limit()
+        release_programs_near_map_limit(stacklevel=4)  # the user's call of the entry point
 
 
 # --- entry points -------------------------------------------------------------------------------

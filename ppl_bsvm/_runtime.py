@@ -46,11 +46,11 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   Gibbs fit of the GP model holds 1,100, NUTS 650, S-BSVM 950). A long session (a notebook
   that fits many models, a test suite) reaches the limit, and then XLA's next compilation
   fails inside the JIT linker and the process dies with a segmentation fault while C++
-  unwinds the error (observed: 65,287 mappings in the core file of a crashed pytest worker). So before a call,
-  at most once a second, :func:`release_programs_near_map_limit` counts the mappings; beyond
-  :data:`MAP_FRACTION` of the limit it releases JAX's in-memory programs
-  (``jax.clear_caches()``, which unmaps them), warns once, and the programs come back from
-  the persistent cache or by compiling again when next used.
+  unwinds the error (observed: 65,287 mappings in the core file of a crashed pytest
+  worker). So before a call, at most once a second, :func:`release_programs_near_map_limit`
+  counts the mappings; beyond :data:`MAP_FRACTION` of the limit it releases JAX's in-memory
+  programs (``jax.clear_caches()``, which unmaps them), warns once, and the programs come back
+  from the persistent cache or by compiling again when next used.
 """
 
 from __future__ import annotations

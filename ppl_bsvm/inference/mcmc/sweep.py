@@ -162,8 +162,8 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
 
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
     """The window's ``k`` principal directions of largest variance, each scaled by its sd,
-    the prediction of the mode along them from the window's mean, and a fresh window. The covariance is shrunk towards a multiple of the identity as in
-    Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
+    the prediction of the mode along them from the window's mean, and a fresh window. The
+    covariance is shrunk towards a multiple of the identity as in Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
     a short window cannot give a direction of zero width."""
     k, d = moves.V.shape
     c = moves.count

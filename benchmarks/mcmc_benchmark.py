@@ -15,11 +15,13 @@ Problems
     the sweep kept the Cholesky factor, as it does for small n).
 
 Samplers (through ``numpyro.infer.MCMC``; :data:`SAMPLERS`)
-    ``gibbs``: :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` as the engines run it: the scale
-    step and the line moves along learned principal directions (all 21 for the linear model,
-    10 for the GP);
+    ``gibbs (plain)``: :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` with the scale step and
+    the line moves along learned principal directions (all 21 for the linear model, 10 for
+    the GP);
     ``gibbs (overrelaxed)``: the same with Adler's overrelaxation of the ``beta`` / ``f``
-    draw, coefficient :data:`OVERRELAX`;
+    draw, coefficient :data:`OVERRELAX`. The engines' defaults (``fit(..., method="gibbs")``)
+    are the plain row for the linear model and the overrelaxed row for the GP (column
+    "default");
     ``gibbs (no line moves)`` and ``gibbs (no line moves, overrelaxed)``: the sampler before
     the line moves (``directions=0``);
     ``gibbs (textbook)``: the two-block sampler of Polson & Scott, no scale step, no line moves;
@@ -63,6 +65,7 @@ from ppl_bsvm import datasets, models
 from ppl_bsvm._runtime import entry_point
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
+from ppl_bsvm.inference.mcmc.gibbs_kernel import default_overrelax
 from ppl_bsvm.kernels import RBF
 
 DEFAULT_OUT = Path("reports") / "mcmc_benchmark"
@@ -120,14 +123,26 @@ def gp_problem(n: int, seed: int = 0):
 
 
 SAMPLERS = {
-    "gibbs": {},
+    "gibbs (plain)": {"overrelax": 0.0},
     "gibbs (overrelaxed)": {"overrelax": OVERRELAX},
-    "gibbs (no line moves)": {"directions": 0},
+    "gibbs (no line moves)": {"directions": 0, "overrelax": 0.0},
     "gibbs (no line moves, overrelaxed)": {"directions": 0, "overrelax": OVERRELAX},
-    "gibbs (textbook)": {"directions": 0, "scale_step": False},
+    "gibbs (textbook)": {"directions": 0, "scale_step": False, "overrelax": 0.0},
     "nuts": None,
 }
-"""Sampler name -> ``BSVMGibbs`` options (``None``: NUTS)."""
+"""Sampler name -> ``BSVMGibbs`` options (``None``: NUTS). Every Gibbs row names its
+overrelaxation, whose default depends on the model (:func:`is_default`)."""
+
+
+def is_default(sampler_name: str, model) -> bool:
+    """Whether a Gibbs row is what ``BSVMGibbs(model)`` and ``fit(..., method="gibbs")`` run
+    without options: the scale step, learned line moves, the model's default overrelaxation
+    (:func:`~ppl_bsvm.inference.mcmc.gibbs_kernel.default_overrelax`)."""
+    options = SAMPLERS[sampler_name]
+    if options is None:
+        return False
+    linear = model is models.linear_bsvm
+    return set(options) == {"overrelax"} and options["overrelax"] == default_overrelax(linear)
 
 
 def _sampler(name: str, model):
@@ -186,6 +201,7 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
         "n": int(args[0].shape[0]),
         "dim": int(draws_arr.shape[-1]),
         "sampler": sampler_name,
+        "default": is_default(sampler_name, problem[3]),
         "chains": chains,
         "draws": draws,
         "warmup": warmup,
@@ -212,6 +228,7 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
 _COLUMNS = [
     ("model", "model", "{}"),
     ("sampler", "sampler", "{}"),
+    ("default", "default", "{}"),
     ("chains", "chain_method", "{}"),
     ("chains x draws", None, None),
     ("ms/draw", "ms_per_draw", "{:.3f}"),
@@ -241,6 +258,8 @@ def markdown_table(rows) -> str:
                 cells.append(f"{r['chains']} x {r['draws']}")
             elif r[key] is None:
                 cells.append("-")
+            elif key == "default":
+                cells.append("yes" if r[key] else "")
             else:
                 cells.append(fmt.format(r[key]))
         lines.append("| " + " | ".join(cells) + " |")
@@ -298,14 +317,16 @@ def write_report(rows, env: dict, out: Path) -> None:
     verdict = []
     for problem in dict.fromkeys(r["model"] for r in rows):
         by = {r["sampler"]: r for r in rows if r["model"] == problem}
-        for name in ("gibbs", "gibbs (overrelaxed)", "gibbs (no line moves, overrelaxed)"):
+        for name in ("gibbs (plain)", "gibbs (overrelaxed)",
+                     "gibbs (no line moves, overrelaxed)"):
             if name not in by or "nuts" not in by:
                 continue
             g, nu = by[name], by["nuts"]
             ratio_min = g["ess_per_s_min"] / nu["ess_per_s_min"]
             ratio_med = g["ess_per_s_median"] / nu["ess_per_s_median"]
+            label = f"{name} (the default)" if g["default"] else name
             verdict.append(
-                f"- {problem}, {name}: ESS per second / NUTS's = {ratio_min:.2f} (min over "
+                f"- {problem}, {label}: ESS per second / NUTS's = {ratio_min:.2f} (min over "
                 f"coordinates), {ratio_med:.2f} (median); per draw it costs "
                 f"{g['ms_per_draw'] / nu['ms_per_draw']:.2f}x NUTS's time and yields "
                 f"{g['ess_per_draw_min'] / nu['ess_per_draw_min']:.2f}x its smallest ESS."

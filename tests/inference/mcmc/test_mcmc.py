@@ -493,9 +493,10 @@ def curve_fits(curve):
     X, y, kern = curve
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
     return _LazyFits({
+        # the default overrelaxes (GP_OVERRELAX); the plain sampler is checked beside it
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
-        "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.8, seed=7,
-                                                  **common),
+        "gibbs_plain": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=0.0, seed=7,
+                                            **common),
         "gibbs_cg": lambda: _fit_by_cg(X, y, seed=8, **common),
         "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
     })
@@ -516,7 +517,7 @@ def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed", "gibbs_cg"])
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_plain", "gibbs_cg"])
 def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
     g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)
@@ -665,6 +666,23 @@ def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
             extra_fields=("lp",))
     assert seq.get_samples(group_by_chain=True)["beta"].shape == (2, 3, 2)
     assert np.all(np.isfinite(seq.get_extra_fields()["lp"]))
+
+
+def test_the_gp_sampler_overrelaxes_by_default_the_linear_one_does_not(curve, plane):
+    """The kernel and the engine resolve the same defaults, and an explicit value wins."""
+    from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
+
+    assert GP_OVERRELAX == -0.9
+    assert BSVMGibbs(models.gp_bsvm)._overrelax == GP_OVERRELAX
+    assert BSVMGibbs(models.linear_bsvm)._overrelax == 0.0
+    assert BSVMGibbs(models.gp_bsvm, overrelax=0.0)._overrelax == 0.0
+    X, y, kern = curve
+    fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kern, num_samples=5,
+                       num_warmup=5, num_chains=1, seed=0)
+    assert fit.options["overrelax"] == GP_OVERRELAX
+    fit = ppl_bsvm.fit(*plane[:2], model="linear", method="gibbs", num_samples=5,
+                       num_warmup=5, num_chains=1, seed=0)
+    assert fit.options["overrelax"] == 0.0
 
 
 def test_bsvm_gibbs_refuses_other_models():

@@ -35,9 +35,9 @@ with ``K + diag(lam) / gamma`` takes two to four products with ``K`` by conjugat
 form of the plain draw comes without a triangular solve; on the Banana benchmark a sweep
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
-second against NUTS's (idle machine): linear 1.6x; GP (overrelaxed by default,
-:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9x at ``n = 300`` (plain
-Gibbs 1.5x), 17.7x at ``n = 1000`` (10.6x). The sampler's value is as
+second against NUTS's (two runs): linear 1.6-1.9x; GP (overrelaxed by default,
+:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9-2.2x at ``n = 300`` (plain
+Gibbs 1.5-1.6x), 17.7-19.7x at ``n = 1000`` (10.6-12.9x). The sampler's value is as
 an independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """
@@ -269,7 +269,7 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     overrelax : float in (-1, 1), default=-0.9
         Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. On the
         benchmark it lifts the smallest ESS per draw from 0.51 to 0.77 (n = 300) and from
-        0.32 to 0.69 (n = 1000) for 15-25 % more time per sweep.
+        0.32 to 0.69 (n = 1000) for 10-40 % more time per sweep.
     directions : int, "all", array of shape (k, n) or None, default=None
         Exact moves along ``k`` learned directions of the marginal posterior of ``f`` in every
         sweep (``BSVMGibbs``); ``None`` is 10 (or ``n`` if smaller), 0 turns them off. On the

@@ -146,7 +146,7 @@ GP_DIRECTIONS = 10
 GP_OVERRELAX = -0.9
 """Adler's coefficient of the GP sampler's ``f`` draw by default. On the Banana benchmark
 (``benchmarks.mcmc_benchmark``) it lifts the smallest ESS per draw from 0.51 to 0.77 at
-``n = 300`` and from 0.32 to 0.69 at ``n = 1000`` for 15-25 % more time per sweep. The linear
+``n = 300`` and from 0.32 to 0.69 at ``n = 1000`` for 10-40 % more time per sweep. The linear
 sampler's default stays 0: with its line moves along all ``p`` directions overrelaxation no
 longer pays there (0.69 against 0.68)."""
 

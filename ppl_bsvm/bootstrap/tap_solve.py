@@ -21,11 +21,9 @@ start is built on a smaller problem first (:func:`cold_start`):
 
 The full problem then needs 4-5 factorisations at S = N on the benchmark's Wisconsin and Pima
 (from 17 and 13), for 7-14 factorisations of the 256-point problem (each about 5 % of a full
-one at N = 683), and Crabs (N = 200, 11 support vectors) 5 instead of 24, for 10 of a
-64-point problem (49 -> 34 ms a call). Sizes come from a fixed ladder so that the coarse
-programs are shared by all data sets (and kept on disk by the compilation cache). Below
-``2 * SIZES[0]`` points the start is that of spec 5.3 (a few tens of factorisations of a small
-problem); so it is where the
+one at N = 683). Sizes come from a fixed ladder so that the coarse programs are shared by all
+data sets (and kept on disk by the compilation cache). Below ``2 * SIZES[0]`` points the start
+is that of spec 5.3 (a few tens of factorisations of a small problem); so it is where the
 coarse iteration has not converged within :data:`COARSE_BUDGET`. A learning curve is solved in
 increasing ``S/N``, each ratio started from the fixed point of the ratio below when that is at
 least half as large (:data:`WARM_RATIO`), through :func:`tap_newton.restart`: its first step is
@@ -60,12 +58,9 @@ __all__ = [
     "solve_ratio",
 ]
 
-SIZES = tuple(2**k for k in range(6, 16))
-"""Sizes of the coarse problems: 64, 128, 256, ... (one compiled program each, shared by
-every data set). Starting the ladder at 64 rather than 256 changes nothing at or above
-512 points (the extra levels cost about as much as they save) and pays below it where few
-points carry the machine (Crabs), not where most of them are support vectors (Sonar, 196 of
-208: 7 factorisations either way)."""
+SIZES = tuple(2**k for k in range(8, 16))
+"""Sizes of the coarse problems: 256, 512, 1024, ... (one compiled program each, shared by
+every data set)."""
 COARSE_FRACTION = 0.5
 """A coarse problem has at most this fraction of the points of the level above."""
 COARSE_TOL = 1e-3

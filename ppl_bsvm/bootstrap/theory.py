@@ -297,10 +297,10 @@ def replica_tap(
     of a coarse problem (the bootstrap of the points nearest the decision boundary, at most
     half of them) extended to the other points by Eq. 19 (:mod:`ppl_bsvm.bootstrap.tap_solve`):
     4-5 factorisations of the full problem at ``S = N`` on Wisconsin and Pima (N = 683, 532);
-    problems under 128 points start from spec 5.3 (Sonar and Crabs: 6 and 5, plus 5 and 10
-    of a 64-point problem). A learning curve is solved in increasing ``S/N``, each ratio
-    started from the fixed point of the one below when it is at most twice as large, the
-    first step being the Newton predictor from there (typically 4-8 factorisations each; more in regions where Newton steps fail,
+    problems under 512 points start from spec 5.3 (Sonar and Crabs: 7 and 24). A
+    learning curve is solved in increasing ``S/N``, each ratio started from the fixed point of
+    the one below when it is at most twice as large, the first step being the Newton predictor
+    from there (typically 4-8 factorisations each; more in regions where Newton steps fail,
     e.g. Wisconsin at ``S/N = 2.5``). One compiled program per ``N`` (and one per coarse size,
     shared by all data sets) serves every ratio and later calls. The approximation assumes
     each output is influenced by many inputs: it degrades for narrow kernels, and with few

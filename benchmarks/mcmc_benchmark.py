@@ -17,11 +17,13 @@ Problems
 Samplers (through ``numpyro.infer.MCMC``; :data:`SAMPLERS`)
     ``gibbs (plain)``: :class:`~ppl_bsvm.inference.mcmc.BSVMGibbs` with the scale step and
     the line moves along learned principal directions (all 21 for the linear model, 10 for
-    the GP);
+    the GP), then ``lam | z`` and ``z | lam`` in every sweep (``collapse=False``);
     ``gibbs (overrelaxed)``: the same with Adler's overrelaxation of the ``beta`` / ``f``
-    draw, coefficient :data:`OVERRELAX`. The engines' defaults (``fit(..., method="gibbs")``)
-    are the plain row for the linear model and the overrelaxed row for the GP (column
-    "default");
+    draw, coefficient :data:`OVERRELAX`;
+    ``gibbs (collapsed)`` (linear model): full sweeps in warmup, then the scale step and the
+    line moves along all 21 directions only (``collapse=True``, ``draw_lam=False``). The
+    engines' defaults (``fit(..., method="gibbs")``) are the collapsed row for the linear
+    model and the overrelaxed row for the GP (column "default", :data:`DEFAULT_ROWS`);
     ``gibbs (no line moves)`` and ``gibbs (no line moves, overrelaxed)``: the sampler before
     the line moves (``directions=0``);
     ``gibbs (textbook)``: the two-block sampler of Polson & Scott, no scale step, no line moves;
@@ -65,7 +67,6 @@ from ppl_bsvm import datasets, models
 from ppl_bsvm._runtime import entry_point
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
-from ppl_bsvm.inference.mcmc.gibbs_kernel import default_overrelax
 from ppl_bsvm.kernels import RBF
 
 DEFAULT_OUT = Path("reports") / "mcmc_benchmark"
@@ -123,26 +124,31 @@ def gp_problem(n: int, seed: int = 0):
 
 
 SAMPLERS = {
-    "gibbs (plain)": {"overrelax": 0.0},
-    "gibbs (overrelaxed)": {"overrelax": OVERRELAX},
+    "gibbs (collapsed)": {"overrelax": 0.0, "draw_lam": False},
+    "gibbs (plain)": {"overrelax": 0.0, "collapse": False},
+    "gibbs (overrelaxed)": {"overrelax": OVERRELAX, "collapse": False},
     "gibbs (no line moves)": {"directions": 0, "overrelax": 0.0},
     "gibbs (no line moves, overrelaxed)": {"directions": 0, "overrelax": OVERRELAX},
     "gibbs (textbook)": {"directions": 0, "scale_step": False, "overrelax": 0.0},
     "nuts": None,
 }
 """Sampler name -> ``BSVMGibbs`` options (``None``: NUTS). Every Gibbs row names its
-overrelaxation, whose default depends on the model (:func:`is_default`)."""
+overrelaxation and whether its sweeps collapse after warmup, whose defaults depend on the
+model (:data:`DEFAULT_ROWS`)."""
+
+LINEAR_ONLY = ("gibbs (collapsed)",)
+"""Rows run for the linear model only (the GP's ten directions do not span the space of
+``f``, so its sweeps never collapse and the row would repeat 'gibbs (plain)')."""
+
+DEFAULT_ROWS = {"linear": "gibbs (collapsed)", "gp": "gibbs (overrelaxed)"}
+"""The row that is what ``fit(..., method="gibbs")`` runs without options: collapsed sweeps
+without ``lam`` (``store_lam=False``) for the linear model, the overrelaxed full sweep
+(:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) for the GP."""
 
 
 def is_default(sampler_name: str, model) -> bool:
-    """Whether a Gibbs row is what ``BSVMGibbs(model)`` and ``fit(..., method="gibbs")`` run
-    without options: the scale step, learned line moves, the model's default overrelaxation
-    (:func:`~ppl_bsvm.inference.mcmc.gibbs_kernel.default_overrelax`)."""
-    options = SAMPLERS[sampler_name]
-    if options is None:
-        return False
-    linear = model is models.linear_bsvm
-    return set(options) == {"overrelax"} and options["overrelax"] == default_overrelax(linear)
+    """Whether a row is the engine's default for ``model`` (:data:`DEFAULT_ROWS`)."""
+    return DEFAULT_ROWS["linear" if model is models.linear_bsvm else "gp"] == sampler_name
 
 
 def _sampler(name: str, model):
@@ -317,7 +323,7 @@ def write_report(rows, env: dict, out: Path) -> None:
     verdict = []
     for problem in dict.fromkeys(r["model"] for r in rows):
         by = {r["sampler"]: r for r in rows if r["model"] == problem}
-        for name in ("gibbs (plain)", "gibbs (overrelaxed)",
+        for name in ("gibbs (collapsed)", "gibbs (plain)", "gibbs (overrelaxed)",
                      "gibbs (no line moves, overrelaxed)"):
             if name not in by or "nuts" not in by:
                 continue
@@ -409,6 +415,8 @@ def _run(args) -> None:
     rows = []
     for problem in problems:
         for sampler in SAMPLERS:
+            if sampler in LINEAR_ONLY and problem[3] is not models.linear_bsvm:
+                continue
             chain_method = args.chain_method or ("sequential" if sampler == "nuts" else "vectorized")
             row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,
                           chains=args.chains, chain_method=chain_method, seed=args.seed)

@@ -156,10 +156,14 @@ def default_overrelax(linear: bool) -> float:
     return 0.0 if linear else GP_OVERRELAX
 
 
+def _dimension(data) -> int:
+    """Dimension of the sampled vector: ``p`` (linear) or ``n`` (GP)."""
+    return data.Z.shape[1] if isinstance(data, LinearData) else data.y.shape[0]
+
+
 def _resolve_directions(directions, data):
     """Number of learned directions, or the fixed array, checked against the dimension."""
-    linear = isinstance(data, LinearData)
-    return _resolve_for(directions, linear, data.Z.shape[1] if linear else data.y.shape[0])
+    return _resolve_for(directions, isinstance(data, LinearData), _dimension(data))
 
 
 def _resolve_for(directions, linear: bool, d: int):
@@ -185,7 +189,8 @@ class GibbsSettings(NamedTuple):
     """Static settings of the sweep (hashable: they select the compiled program).
 
     ``moving``: line moves on; ``learned``: their directions are learned in warmup (over
-    ``num_warmup`` sweeps, see :class:`BSVMGibbs`).
+    ``num_warmup`` sweeps, see :class:`BSVMGibbs`); ``collapsed``: the sweeps after warmup
+    stop after the line moves (:func:`gibbs_step`), drawing ``lam | z`` only if ``draw_lam``.
     """
 
     scale_step: bool
@@ -193,13 +198,20 @@ class GibbsSettings(NamedTuple):
     moving: bool
     learned: bool
     num_warmup: int
+    collapsed: bool = False
+    draw_lam: bool = True
 
 
-def gibbs_settings(scale_step, overrelax, directions, num_warmup: int) -> GibbsSettings:
-    """Settings for resolved ``directions`` (a number to learn, or a fixed array)."""
+def gibbs_settings(scale_step, overrelax, directions, num_warmup: int, *, dim: int,
+                   collapse: bool = False, draw_lam: bool = True) -> GibbsSettings:
+    """Settings for resolved ``directions`` (a number to learn, or a fixed array) of a
+    sampled vector of dimension ``dim``. ``collapse`` takes effect only where the collapsed
+    sweep is ergodic: directions learned along every one of the ``dim`` axes."""
     moving = not isinstance(directions, int) or directions > 0
     learned = moving and isinstance(directions, int) and num_warmup >= _MIN_ADAPT_WARMUP
-    return GibbsSettings(bool(scale_step), float(overrelax), moving, learned, int(num_warmup))
+    collapsed = bool(collapse) and learned and directions == dim
+    return GibbsSettings(bool(scale_step), float(overrelax), moving, learned, int(num_warmup),
+                         collapsed, bool(draw_lam) or not collapsed)
 
 
 def gibbs_init(keys, data, directions, z=None) -> GibbsState:
@@ -225,13 +237,17 @@ def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool
     each = jax.vmap if batched else (lambda fn: fn)
     lead = (lambda x: x[0]) if batched else (lambda x: x)
 
-    def sweep(state):
+    def sweep(state, collapsed=False):
         key, sub = random.split(state.rng_key)
         new = gibbs_step(sub, state, data, settings.scale_step, settings.overrelax,
-                         settings.moving)
+                         settings.moving, collapsed, settings.draw_lam)
         return new._replace(rng_key=key)
 
-    state = each(sweep)(state)
+    if settings.collapsed:  # full sweeps in warmup, while the directions are learned
+        state = jax.lax.cond(lead(state.it) < settings.num_warmup, each(sweep),
+                             each(partial(sweep, collapsed=True)), state)
+    else:
+        state = each(sweep)(state)
     if settings.learned:
         warmup = settings.num_warmup
         ends = (warmup // 2 - 1, warmup - 1)  # last sweeps of the two windows
@@ -286,6 +302,19 @@ class BSVMGibbs(MCMCKernel):
         posterior sd. ``None`` is ``"all"`` for the linear model and
         :data:`GP_DIRECTIONS` for the GP (``d = n`` there: a few directions catch the slow
         ones, and each move costs ``O(n)``).
+    collapse : bool, default=True
+        Where the learned directions span the space of the sampled vector (``k = d``: the
+        linear model by default), the sweeps after warmup stop after the line moves: exact
+        draws from the marginal posterior along every principal axis, i.e. a Gibbs sampler
+        of ``beta`` (``lam`` integrated out) in the basis of those axes. On the benchmark
+        (``p = 21``) they keep the full sweep's smallest ESS per draw (0.68 against 0.69)
+        at 60-65 % of its cost. The warmup sweeps are always full (the directions are
+        learned from them). Ignored where the directions do not span the space (the GP,
+        ``k < d``, fixed directions), whose collapsed sweeps would not be ergodic.
+    draw_lam : bool, default=True
+        In collapsed sweeps, still draw ``lam | beta``, so that the ``lam`` extra field is
+        a draw of the joint posterior with ``beta`` (about 20 % of a collapsed sweep's cost);
+        ``False`` leaves ``lam`` at its value at the end of warmup.
 
     Notes
     -----
@@ -319,7 +348,7 @@ class BSVMGibbs(MCMCKernel):
 
     def __init__(
         self, model=models.linear_bsvm, *, scale_step: bool = True, overrelax=None,
-        directions=None,
+        directions=None, collapse: bool = True, draw_lam: bool = True,
     ):
         if model not in _SUPPORTED:
             raise ValueError(
@@ -332,6 +361,8 @@ class BSVMGibbs(MCMCKernel):
             overrelax = default_overrelax(model is models.linear_bsvm)
         self._overrelax = open_interval("overrelax", overrelax, -1.0, 1.0)
         self._directions = None if directions is None else _check_directions(directions)
+        self._collapse = boolean("collapse", collapse)
+        self._draw_lam = boolean("draw_lam", draw_lam)
         self._data = None
         self._sample_fn = None
 
@@ -352,7 +383,9 @@ class BSVMGibbs(MCMCKernel):
             data = _SUPPORTED[self._model](_bind(self._model, model_args, model_kwargs))
         self._data = data
         directions = _resolve_directions(self._directions, data)
-        settings = gibbs_settings(self._scale_step, self._overrelax, directions, num_warmup)
+        settings = gibbs_settings(self._scale_step, self._overrelax, directions, num_warmup,
+                                  dim=_dimension(data), collapse=self._collapse,
+                                  draw_lam=self._draw_lam)
         batched = not is_prng_key(rng_key)  # 'vectorized': a batch of keys and states
         self._sample_fn = partial(gibbs_sample, data=data, settings=settings, batched=batched)
         return gibbs_init(rng_key, data, directions, init_params)

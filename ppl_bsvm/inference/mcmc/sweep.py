@@ -267,10 +267,16 @@ def _lp(quad, margins, gamma):
 
 def gibbs_step(
     key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0,
-    line_moves: bool = False,
+    line_moves: bool = False, collapsed: bool = False, draw_lam: bool = True,
 ) -> GibbsState:
     """One sweep: the scale of ``z`` (optional), line moves along ``state.moves.V``
     (optional), ``lam | z``, then ``z | lam``.
+
+    A ``collapsed`` sweep stops after the line moves: it draws ``lam | z`` only if
+    ``draw_lam`` (so that ``(z, lam)`` is a draw of the joint posterior; otherwise ``lam``
+    keeps its last value) and never ``z | lam``. It leaves the marginal posterior of ``z``
+    invariant, and is ergodic only when the directions span the space of ``z`` (the sampler
+    collapses its sweeps only then: all ``p`` learned directions of the linear model).
 
     ``data`` is :class:`LinearData` or :class:`GPData`; every step is an exact draw from a
     full conditional (or, with ``overrelax != 0``, Adler's overrelaxed move that is reversible
@@ -298,6 +304,11 @@ def gibbs_step(
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
+    if collapsed:
+        return _collapsed(k_lam, state, data, value, draw_lam)._replace(
+            scale=c, scale_trials=trials, scale_width=scale_width, moves=moves,
+            line_trials=line_trials, line_failed=line_failed,
+        )
     lam = sample_lam(k_lam, margins, data.gamma)
     n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
     lam = jnp.maximum(lam, LAM_FLOOR)
@@ -320,6 +331,24 @@ def gibbs_step(
         scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials,
         line_failed=line_failed, cg_iters=cg_iters, cg_fallback=cg_fallback,
     )
+
+
+def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsState:
+    """The end of a collapsed sweep at the line moves' ``value``: its margins and quadratic
+    form computed afresh (the moves update the margins incrementally, and rounding would
+    accumulate over the sweeps), and ``lam | z`` if ``draw_lam``."""
+    z = {next(iter(state.z)): value}
+    quad, margins = _quad_and_margins(z, data)
+    if draw_lam:
+        lam = sample_lam(key, margins, data.gamma)
+        n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
+        lam = jnp.maximum(lam, LAM_FLOOR)
+    else:
+        lam, n_floored = state.lam, jnp.zeros((), jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    return state._replace(z=z, lam=lam, margins=margins, quad=quad,
+                          lp=_lp(quad, margins, data.gamma), n_floored=n_floored,
+                          cg_iters=zero, cg_fallback=zero)
 
 
 def init_state(key, data, z=None, directions=0) -> GibbsState:

@@ -362,6 +362,9 @@ def plane_fits(plane):
     common = dict(model="linear", intercept=False, num_samples=2000, num_warmup=500, num_chains=4)
     return _LazyFits({
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=1, **common),
+        # the default collapses its kept sweeps; the full sweep with line moves beside it
+        "gibbs_full": lambda: ppl_bsvm.fit(X, y, method="gibbs", collapse=False, seed=8,
+                                           **common),
         "gibbs_textbook": lambda: ppl_bsvm.fit(X, y, method="gibbs", scale_step=False,
                                                directions=0, seed=2, **common),
         "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9,
@@ -375,7 +378,8 @@ def plane_fits(plane):
 
 
 @pytest.mark.parametrize(
-    "sampler", ["gibbs", "gibbs_textbook", "gibbs_overrelaxed", "gibbs_fixed_lines", "nuts"]
+    "sampler",
+    ["gibbs", "gibbs_full", "gibbs_textbook", "gibbs_overrelaxed", "gibbs_fixed_lines", "nuts"],
 )
 def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler):
     mean, sd = plane[2:]
@@ -569,7 +573,7 @@ def test_a_nan_draw_stops_the_sampler_and_names_the_site(plane, monkeypatch):
     monkeypatch.setattr(sweep, "sample_beta", broken)
     with pytest.raises(FloatingPointError, match=r"non-finite value\(s\) in site 'beta'"):
         ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=200, num_warmup=10,
-                     num_chains=2, intercept=False)
+                     num_chains=2, intercept=False, collapse=False)  # sample_beta every sweep
 
 
 def test_check_finite_names_chain_and_draw():
@@ -713,6 +717,46 @@ def test_store_lam_and_thinning(plane):
     assert lam.dims == ("chain", "draw", "obs") and lam.shape == (2, 50, 30)
     assert float(lam.min()) > 0
     assert fit.posterior["beta"].shape == (2, 50, 2)
+    # the kept sweeps are collapsed (two learned directions span the plane) and draw lam
+    # given each kept beta: 1/lam_i ~ IG(1/|1 - y_i x_i beta|, 1), independently, so the
+    # probability integral transforms of all 3000 are uniform
+    beta = fit.posterior["beta"].values.reshape(-1, 2)
+    r = np.abs(1.0 - (y[:, None] * (X @ beta.T)).T)
+    u = stats.invgauss(mu=1.0 / r).cdf(1.0 / lam.values.reshape(-1, 30))
+    assert stats.kstest(u.ravel(), "uniform").pvalue > P_MIN
+
+
+def test_sweeps_collapse_only_where_the_directions_span_the_space():
+    from ppl_bsvm.inference.mcmc.gibbs_kernel import gibbs_settings
+
+    def collapsed(directions, dim=3, warmup=100, collapse=True):
+        return gibbs_settings(True, 0.0, directions, warmup, dim=dim,
+                              collapse=collapse).collapsed
+
+    assert collapsed(3) and not collapsed(3, collapse=False)
+    assert not collapsed(2)  # two directions in three dimensions
+    assert not collapsed(np.eye(3))  # fixed directions: not learned
+    assert not collapsed(3, warmup=4)  # too short a warmup to learn them
+    assert not collapsed(0)
+    # lam is drawn in every sweep that is not collapsed, whatever draw_lam says
+    assert gibbs_settings(True, 0.0, 2, 100, dim=3, collapse=True, draw_lam=False).draw_lam
+    assert not gibbs_settings(True, 0.0, 3, 100, dim=3, collapse=True, draw_lam=False).draw_lam
+
+
+def test_collapsed_sweeps_without_lam_keep_it_and_match_the_full_sampler(plane, plane_fits):
+    """``draw_lam=False``: the kept draws of beta are those of the collapsed sampler with
+    lam (same keys), and lam stays at its value at the end of warmup."""
+    X, y = plane[:2]
+    runs = {}
+    for draw_lam in (True, False):
+        mcmc = MCMC(BSVMGibbs(models.linear_bsvm, draw_lam=draw_lam), num_warmup=40,
+                    num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
+        mcmc.run(jax.random.key(9), X, y.astype(float), extra_fields=("lam", "n_floored"))
+        runs[draw_lam] = (np.asarray(mcmc.get_samples(group_by_chain=True)["beta"]),
+                          np.asarray(mcmc.get_extra_fields(group_by_chain=True)["lam"]))
+    np.testing.assert_allclose(runs[False][0], runs[True][0], rtol=1e-12)
+    stale, fresh = runs[False][1], runs[True][1]
+    assert np.all(stale == stale[:, :1]) and not np.all(fresh == fresh[:, :1])
 
 
 # --- NUTS extras: hyperparameters, the sparse model ------------------------------------------

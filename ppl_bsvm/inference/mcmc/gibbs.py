@@ -40,7 +40,7 @@ costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep
 second against NUTS's: linear 3.1x with the collapsed sweeps (0.13 ms a draw against 0.21
 for full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (overrelaxed by default,
 :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9-2.2x at ``n = 300`` (plain
-Gibbs 1.5-1.6x), 17.7-19.7x at ``n = 1000`` (10.6-12.9x). The sampler's value is as
+Gibbs 1.3-1.6x), 16-20x at ``n = 1000`` (11-13x). The sampler's value is as
 an independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """

@@ -148,16 +148,25 @@ def test_slow_fit_warning_filters(monkeypatch):
 
 
 def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
-    """Linear Gibbs: chains x (warmup + samples) sweeps of p^3/3 + n p^2. No engine warns on
-    Heart (270 x 13) with its defaults."""
+    """Linear Gibbs: chains x warmup full sweeps of p^3/3 + n p^2 and p line moves, and
+    chains x samples collapsed sweeps of p line moves (full ones when they do not collapse).
+    No engine warns on Heart (270 x 13) with its defaults."""
     from ppl_bsvm import _cost
+    from ppl_bsvm.inference.mcmc.gibbs import LINE_OPS
 
     gibbs = get_engine("linear", "gibbs")
-    p = 5001
-    assert gibbs.flops(50, 5000, gibbs.options().as_dict()) == pytest.approx(
-        4 * 2000 * (p**3 / 3 + 50 * p**2))
-    assert gibbs.flops(50, 5000, {"num_chains": 1, "num_warmup": 0, "num_samples": 1,
-                                  "intercept": False}) == pytest.approx(5000**3 / 3 + 50 * 5000**2)
+    p, n = 5001, 50
+    full, lines = p**3 / 3 + n * p**2, LINE_OPS * n * p
+    options = gibbs.options().as_dict()
+    assert gibbs.flops(n, 5000, options) == pytest.approx(
+        4 * 1000 * (full + lines) + 4 * 1000 * (lines + n * p))
+    assert gibbs.flops(n, 5000, {**options, "collapse": False}) == pytest.approx(
+        4 * 2000 * (full + lines))
+    assert gibbs.flops(n, 5000, {**options, "directions": 0}) == pytest.approx(4 * 2000 * full)
+    q = 5000  # no warmup: nothing learned, no collapse
+    assert gibbs.flops(n, 5000, {"num_chains": 1, "num_warmup": 0, "num_samples": 1,
+                                 "intercept": False}) == pytest.approx(
+        q**3 / 3 + n * q**2 + LINE_OPS * n * q)
     X, _ = ppl_bsvm.datasets.load("heart")
     n, d = X.shape
     estimated = []

@@ -37,11 +37,11 @@ with ``K + diag(lam) / gamma`` takes two to four products with ``K`` by conjugat
 form of the plain draw comes without a triangular solve; on the Banana benchmark a sweep
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
-second against NUTS's: linear 3.1x with the collapsed sweeps (0.13 ms a draw against 0.21
-for full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (overrelaxed by default,
-:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9-2.2x at ``n = 300`` (plain
-Gibbs 1.3-1.6x), 16-20x at ``n = 1000`` (11-13x). The sampler's value is as
-an independent, tuning-free reference: no step size, no divergences, no gradients, and exact
+second against NUTS's: linear 3.1x with the collapsed sweeps (0.13 ms a draw against 0.21 for
+full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (overrelaxed by
+default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9-2.2x at ``n = 300``
+(plain Gibbs 1.3-1.6x), 16-20x at ``n = 1000`` (11-13x). The sampler's value is as an
+independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """
 
@@ -55,8 +55,8 @@ import numpy as np
 
 from ... import models
 from ..._checks import boolean, open_interval
-from ..._cost import linear_flops, sweeps
-from ..._memory import dense_bytes, linear_bytes
+from ..._cost import LINEAR_HINT, cholesky
+from ..._memory import coefficients, dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -72,6 +72,7 @@ from ._common import (
 from .driver import ChainKernel
 from .pcg import preconditioner
 from .gibbs_kernel import (
+    _MIN_ADAPT_WARMUP,
     _SUPPORTED,
     GP_OVERRELAX,
     GibbsSettings,
@@ -197,9 +198,37 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
     return 2 * p * p + (p * p if learned else 0) + 2 * k * p + k * n
 
 
+LINE_OPS = 100.0
+"""Operations per point and direction of a line move in the time estimate: about 2.3 passes
+over the margins at three points each, calibrated so that the benchmark's 21 moves at
+``n = 1000`` (0.11 ms a sweep) take their measured time at :data:`ppl_bsvm._cost.RATE`."""
+
+
+def _linear_gibbs_flops(n: int, d: int, options: dict) -> float:
+    """Leading terms of a linear Gibbs run: every warmup sweep (and every sweep that does not
+    collapse) factorises the ``p x p`` precision after an ``n p^2`` product and makes ``k``
+    line moves; a collapsed sweep makes the ``p`` line moves and one product ``Z beta``."""
+    p = coefficients(d, options)
+    directions = options.get("directions", "all")
+    learned = directions is None or isinstance(directions, (int, str))
+    if directions is None or isinstance(directions, str):
+        k = p
+    else:
+        k = directions if isinstance(directions, int) else len(directions)
+    warmup, kept = int(options.get("num_warmup", 1000)), int(options.get("num_samples", 1000))
+    full = cholesky(p) + n * p * p + LINE_OPS * n * k
+    collapsed = (options.get("collapse", True) is not False and learned and k == p
+                 and warmup >= _MIN_ADAPT_WARMUP)
+    kept_cost = LINE_OPS * n * p + n * p if collapsed else full
+    return float(int(options.get("num_chains", 4)) * (warmup * full + kept * kept_cost))
+
+
+_linear_gibbs_flops.hint = LINEAR_HINT.replace("{unit}", "each warmup sweep of each chain")
+
+
 @register("gibbs", ("linear",), options=GibbsLinearOptions, uses_kernel=False,
           budget="num_samples", memory=linear_bytes(0, _linear_chain_bytes),
-          flops=linear_flops(sweeps, lambda n, options: n, "each sweep of each chain"))
+          flops=_linear_gibbs_flops)
 def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
                  resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Polson & Scott 2011) for the linear Bayesian SVM.

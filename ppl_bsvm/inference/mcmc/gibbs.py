@@ -6,7 +6,8 @@ marginal posterior learned in warmup, then ``lam | z`` and ``z | lam`` (optional
 overrelaxed); every step is an exact draw from a conditional, so no step size or accept/reject
 tuning is involved. Where the ``k`` directions span the space (the linear model's default,
 all ``p``) the sweeps after warmup stop after the moves (``collapse``): a Gibbs sampler of
-the marginal posterior of ``beta`` in the basis of its principal axes. The sampler is split by concern (BlackJAX style layers):
+the marginal posterior of ``beta`` in the basis of its principal axes. The sampler is split
+by concern (BlackJAX style layers):
 
 - :mod:`ppl_bsvm.inference.mcmc.variates`: the random variates, :func:`chi2_1`,
   :func:`standard_normal`, :func:`sample_gig_half` and :class:`InverseGaussian`;

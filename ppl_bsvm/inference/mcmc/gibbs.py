@@ -73,7 +73,6 @@ from ._common import (
 from .driver import ChainKernel
 from .pcg import preconditioner
 from .gibbs_kernel import (
-    _MIN_ADAPT_WARMUP,
     _SUPPORTED,
     GP_OVERRELAX,
     GibbsSettings,
@@ -189,14 +188,19 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
     each), and for ``k`` line-move directions (``"all"``: ``p``) the directions, their
     prior products (``k x p`` each), their margins (``k x n``) and, when they are learned,
     the warmup window's ``p x p`` sum of squares."""
+    k, learned = _line_directions(options, p)
+    return 2 * p * p + (p * p if learned else 0) + 2 * k * p + k * n
+
+
+def _line_directions(options: dict, p: int) -> tuple[int, bool]:
+    """``(k, learned)``: the number of line-move directions the options ask for (``"all"`` or
+    None: ``p``) and whether they are learned in warmup (a number > 0) or fixed (an array)."""
     directions = options.get("directions", "all")
     if directions is None or isinstance(directions, str):
-        k, learned = p, True
-    elif isinstance(directions, int):
-        k, learned = directions, directions > 0
-    else:
-        k, learned = len(directions), False
-    return 2 * p * p + (p * p if learned else 0) + 2 * k * p + k * n
+        return p, True
+    if isinstance(directions, int):
+        return directions, directions > 0
+    return len(directions), False
 
 
 LINE_OPS = 100.0
@@ -210,16 +214,12 @@ def _linear_gibbs_flops(n: int, d: int, options: dict) -> float:
     collapse) factorises the ``p x p`` precision after an ``n p^2`` product and makes ``k``
     line moves; a collapsed sweep makes the ``p`` line moves and one product ``Z beta``."""
     p = coefficients(d, options)
-    directions = options.get("directions", "all")
-    learned = directions is None or isinstance(directions, (int, str))
-    if directions is None or isinstance(directions, str):
-        k = p
-    else:
-        k = directions if isinstance(directions, int) else len(directions)
+    k, learned = _line_directions(options, p)
     warmup, kept = int(options.get("num_warmup", 1000)), int(options.get("num_samples", 1000))
     full = cholesky(p) + n * p * p + LINE_OPS * n * k
-    collapsed = (options.get("collapse", True) is not False and learned and k == p
-                 and warmup >= _MIN_ADAPT_WARMUP)
+    # the sampler's own rule; fixed directions never collapse
+    collapsed = learned and gibbs_settings(True, 0.0, k, warmup, dim=p,
+                                           collapse=options.get("collapse", True)).collapsed
     kept_cost = LINE_OPS * n * p + n * p if collapsed else full
     return float(int(options.get("num_chains", 4)) * (warmup * full + kept * kept_cost))
 

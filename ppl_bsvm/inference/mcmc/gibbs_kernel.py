@@ -323,8 +323,9 @@ class BSVMGibbs(MCMCKernel):
     ``extra_fields`` (see :class:`GibbsState`). ``num_warmup`` sweeps are burn-in, during
     which only the line moves' directions adapt (where the one-dimensional samplers start
     their search adapts in every sweep, which changes their cost, never the law of a draw).
-    With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a batch of keys and :meth:`sample` a batched state; the kernel ``vmap``\ s itself (the
-    stack notes, section 2.b), and keeps the warmup schedule outside the ``vmap`` so that the
+    With ``chain_method="vectorized"`` ``MCMC`` hands :meth:`init` a batch of keys and
+    :meth:`sample` a batched state; the kernel ``vmap``\ s itself (the stack notes, section
+    2.b), and keeps the warmup schedule outside the ``vmap`` so that the
     directions are computed only when a window closes. Data-dependent constants (``Z``, or the
     factor of ``K`` and, when the conjugate-gradient path pays, its preconditioner) are
     computed once in :meth:`init`; :meth:`sample` ignores ``model_args``, as NumPyro's HMC

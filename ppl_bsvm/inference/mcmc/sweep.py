@@ -163,8 +163,9 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
     """The window's ``k`` principal directions of largest variance, each scaled by its sd,
     the prediction of the mode along them from the window's mean, and a fresh window. The
-    covariance is shrunk towards a multiple of the identity as in Stan's metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that
-    a short window cannot give a direction of zero width."""
+    covariance is shrunk towards a multiple of the identity as in Stan's metric adaptation,
+    ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that a short window cannot give
+    a direction of zero width."""
     k, d = moves.V.shape
     c = moves.count
     cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
@@ -309,9 +310,7 @@ def gibbs_step(
             scale=c, scale_trials=trials, scale_width=scale_width, moves=moves,
             line_trials=line_trials, line_failed=line_failed,
         )
-    lam = sample_lam(k_lam, margins, data.gamma)
-    n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
-    lam = jnp.maximum(lam, LAM_FLOOR)
+    lam, n_floored = _floored_lam(k_lam, margins, data.gamma)
     if isinstance(data, LinearData):
         z = {"beta": sample_beta(
             k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
@@ -333,6 +332,12 @@ def gibbs_step(
     )
 
 
+def _floored_lam(key, margins, gamma):
+    """``lam | z`` (:func:`sample_lam`) clamped at :data:`LAM_FLOOR`, and how many were."""
+    lam = sample_lam(key, margins, gamma)
+    return jnp.maximum(lam, LAM_FLOOR), jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
+
+
 def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsState:
     """The end of a collapsed sweep at the line moves' ``value``: its margins and quadratic
     form computed afresh (the moves update the margins incrementally, and rounding would
@@ -340,9 +345,7 @@ def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsStat
     z = {next(iter(state.z)): value}
     quad, margins = _quad_and_margins(z, data)
     if draw_lam:
-        lam = sample_lam(key, margins, data.gamma)
-        n_floored = jnp.sum(lam < LAM_FLOOR, dtype=jnp.int32)
-        lam = jnp.maximum(lam, LAM_FLOOR)
+        lam, n_floored = _floored_lam(key, margins, data.gamma)
     else:
         lam, n_floored = state.lam, jnp.zeros((), jnp.int32)
     zero = jnp.zeros((), jnp.int32)

@@ -614,6 +614,7 @@ def test_gibbs_refuses_a_kernel_matrix_that_is_not_positive_definite(plane):
         ("gibbs", {"scale_step": 1}, "scale_step"),
         ("gibbs", {"overrelax": -1.0}, "overrelax"),
         ("gibbs", {"overrelax": "yes"}, "overrelax"),
+        ("gibbs", {"collapse": "yes"}, "collapse must be True or False"),
         ("gibbs", {"directions": -1}, "directions must be >= 0"),
         ("gibbs", {"directions": "some"}, "directions must be a number"),
         ("gibbs", {"directions": True}, "directions must be a number"),

@@ -802,18 +802,46 @@ def test_sparse_nuts_with_inducing_points_at_the_data_matches_the_gp(curve, curv
 
 def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
     """rank_rhat and bulk_ess (computed without importing ArviZ in a fit) against ArviZ's
-    rhat and ess, on AR(1) chains with a shifted chain and tied values."""
+    rhat and ess, on AR(1) chains with a shifted chain and tied values, antithetic chains
+    (negative autocorrelation, as overrelaxed Gibbs gives: NumPyro's estimate went negative
+    there) and a constant coordinate."""
     import arviz as az
 
     from ppl_bsvm.inference.mcmc._common import bulk_ess, rank_rhat
 
     r = np.random.default_rng(0)
-    for chains, draws, rho in [(4, 1000, 0.5), (4, 1000, 0.95), (2, 300, 0.8), (4, 100, 0.0)]:
-        x = np.zeros((chains, draws, 3))
-        e = r.standard_normal((chains, draws, 3))
+    for chains, draws, rho in [(4, 1000, 0.5), (4, 1000, 0.95), (2, 300, 0.8), (4, 100, 0.0),
+                               (4, 1000, -0.9), (4, 500, -0.99), (1, 500, -0.7), (4, 7, 0.2)]:
+        x = np.zeros((chains, draws, 4))
+        e = r.standard_normal((chains, draws, 4))
         for t in range(1, draws):
             x[:, t] = rho * x[:, t - 1] + e[:, t]
-        x[1] += 0.3
+        x[1 % chains] += 0.3
         x[..., 2] = np.round(x[..., 2], 1)
-        np.testing.assert_allclose(rank_rhat(x), np.asarray(az.rhat(x)), rtol=1e-10)
-        np.testing.assert_allclose(bulk_ess(x), np.asarray(az.ess(x)), rtol=0.01)
+        x[..., 3] = 2.0
+        if chains > 1:
+            np.testing.assert_allclose(rank_rhat(x[..., :3]), np.asarray(az.rhat(x[..., :3])),
+                                       rtol=1e-10)
+        ess = bulk_ess(x)
+        np.testing.assert_allclose(ess, np.asarray(az.ess(x)), rtol=1e-10)
+        assert np.all(ess > 0) and np.all(ess <= chains * draws * np.log10(chains * draws))
+
+
+def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(curve_fits):
+    """idata.attrs' R-hat and bulk ESS of the overrelaxed (antithetic) GP Gibbs sampler equal
+    ArviZ's on f; the augmentation variables (store_lam) are left out of them."""
+    import arviz as az
+
+    from ppl_bsvm.inference.mcmc._common import convergence_summary
+
+    fit = curve_fits["gibbs"]
+    f = fit.posterior["f"].values
+    ess_all = np.asarray(az.ess(f))
+    assert fit.idata.attrs["ess_bulk_min"] == pytest.approx(float(ess_all.min()), rel=1e-8)
+    assert fit.idata.attrs["rhat_max"] == pytest.approx(float(np.asarray(az.rhat(f)).max()),
+                                                        rel=1e-8)
+    assert ess_all.max() > f.shape[0] * f.shape[1]  # antithetic: more than the draws
+    stuck = np.repeat(np.arange(4.0)[:, None, None], f.shape[1], axis=1)  # 4 stuck chains
+    summary = convergence_summary({"f": f, "lam": stuck + 1e-3 * np.abs(f[..., :1])})
+    assert summary["rhat_max"] == fit.idata.attrs["rhat_max"]
+    assert summary["rhat_worst_site"] == "f"

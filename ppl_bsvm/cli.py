@@ -135,7 +135,7 @@ def _comparison_view(table):
 
     post = table[table["variable"] != "predictive"]
     pred = table[table["variable"] == "predictive"]
-    cols = ["candidate", "variable", "dim", *[m for m in POSTERIOR_METRICS if m != "gauss_fit"]]
+    cols = ["candidate", "variable", "dim", *POSTERIOR_METRICS]
     return post[cols], pred[["candidate", *PREDICTIVE_METRICS]]
 
 

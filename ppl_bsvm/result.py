@@ -389,15 +389,13 @@ def _approximation_rows(idata) -> list[tuple[str, str]]:
         rows.append(("covariance", status))
     if "approximation" not in idata.children or "psis_khat" not in idata["approximation"]:
         return rows
+    from .inference.vi.psis import khat_verdict
+
     a = idata["approximation"]
     khat, ess = float(a["psis_khat"]), float(a["psis_ess"])
-    if khat < 0.5:
-        verdict = "good: q is close to the exact posterior"
-    elif khat < 0.7:
-        verdict = "usable: importance-weighted means and sds in idata.approximation"
-    else:
-        verdict = ("q is far from the exact posterior (too narrow?): do not trust its "
-                   "uncertainty; try linear_response=True or a sampler")
+    dim = int(a["beta_mean"].size) if "beta_mean" in a else None
+    asked = bool(status) and (status == "linear response" or status.startswith("mean-field ("))
+    verdict = khat_verdict(khat, dim, asked)
     draws = a["psis_log_weights"].size
     rows.append(("PSIS k-hat", f"{khat:.2f} ({verdict}; importance ESS {ess:.0f} of {draws})"))
     return rows

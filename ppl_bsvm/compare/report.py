@@ -57,10 +57,17 @@ def fits_table(fits: dict[str, Fit]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def headline(table: pd.DataFrame) -> list[str]:
-    """Plain-language sentences: how wide each candidate is and how close its predictions are."""
+def headline(table: pd.DataFrame, fits: dict | None = None) -> list[str]:
+    """Plain-language sentences: how wide each candidate is and how close its predictions are;
+    the noise floor's row first, said to be one. ``fits`` (name -> Fit), when given, tells the
+    k-hat verdict whether a fit used linear response."""
     ref = table.attrs.get("reference", "reference")
+    floor = table.attrs.get("floor")
     lines = []
+    if floor is not None and (table["candidate"] == floor).any():
+        lines.append(f"{floor} is the noise floor: the reference sampler against itself. Its "
+                     "numbers are what an exact answer scores here; a candidate's distances "
+                     "mean something only beyond them.")
     for name, rows in table.groupby("candidate", sort=False):
         if name == ref:
             continue
@@ -74,7 +81,8 @@ def headline(table: pd.DataFrame) -> list[str]:
                     f"on average; means are {row['mean_error_sd']:.2f} {ref} sd away "
                     f"(max {row['max_mean_error_sd']:.2f}); its 90% intervals hold "
                     f"{100 * row['coverage_90']:.0f}% of the {ref} draws{note}."
-                    + _khat_note(row.get("psis_khat", np.nan))
+                    + _khat_note(row.get("psis_khat", np.nan), row.get("dim"),
+                                 _asked_linear_response((fits or {}).get(name)))
                 )
             elif row["variable"] == "predictive":
                 lines.append(
@@ -84,13 +92,24 @@ def headline(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _khat_note(khat) -> str:
-    """The headline's note on a candidate's own PSIS k-hat (none when it has none)."""
+def _asked_linear_response(fit) -> bool | None:
+    """Whether ``fit`` asked for the linear-response covariance (None: no fit given)."""
+    if fit is None:
+        return None
+    status = fit.idata.attrs.get("covariance") or ""
+    return status == "linear response" or status.startswith("mean-field (")
+
+
+def _khat_note(khat, dim=None, linear_response=None) -> str:
+    """The headline's note on a candidate's own PSIS k-hat (none when it has none): what it
+    says depends on the dimension and on what the fit used
+    (:func:`ppl_bsvm.inference.vi.psis.khat_verdict`)."""
     if khat is None or not np.isfinite(khat):
         return ""
-    verdict = "its uncertainty can be trusted without a reference" if khat < 0.7 else (
-        "it is far from the exact posterior by its own diagnostic")
-    return f" PSIS k-hat {khat:.2f}: {verdict}."
+    from ..inference.vi.psis import khat_verdict
+
+    dim = None if dim is None or dim is pd.NA else int(dim)
+    return f" PSIS k-hat {khat:.2f}: {khat_verdict(khat, dim, linear_response)}."
 
 
 def _save(obj, path: Path) -> None:
@@ -113,12 +132,13 @@ def report(
     reference_name: str = "reference",
     num_draws: int = 2000,
     seed: int = 0,
+    replicate=None,
 ) -> Path:
     """Compare fits and write ``report.md``, CSV tables and PNG figures to ``folder``.
 
     Parameters
     ----------
-    reference, candidates, X_test, y_test, reference_name, num_draws, seed
+    reference, candidates, X_test, y_test, reference_name, num_draws, seed, replicate
         As for :func:`ppl_bsvm.compare.compare`.
     folder : str or Path
         Created if needed; existing files of the same names are overwritten.
@@ -131,9 +151,10 @@ def report(
     Path of ``report.md``.
     """
     table = compare(reference, candidates, X_test, y_test, reference_name=reference_name,
-                    num_draws=num_draws, seed=seed)
+                    num_draws=num_draws, seed=seed, replicate=replicate)
     return write_report(table, reference, candidates, X_test, y_test, folder=folder,
-                        title=title, description=description, num_draws=num_draws, seed=seed)
+                        title=title, description=description, num_draws=num_draws, seed=seed,
+                        replicate=replicate)
 
 
 def write_report(
@@ -148,8 +169,10 @@ def write_report(
     description: str = "",
     num_draws: int = 2000,
     seed: int = 0,
+    replicate=None,
 ) -> Path:
-    """Write the report of an existing :func:`compare` table (see :func:`report`)."""
+    """Write the report of an existing :func:`compare` table (see :func:`report`;
+    ``replicate``, the reference's rerun if the table has one, is listed with the fits)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     reference_name = table.attrs.get("reference", "reference")
@@ -157,31 +180,31 @@ def write_report(
     diag = table.attrs["diagnostics"]
     diag.to_csv(folder / "reference_diagnostics.csv")
     fits = {reference_name: reference, **candidates}
+    listed = dict(fits)
+    if isinstance(replicate, Fit):
+        listed[table.attrs.get("floor") or f"{reference_name} (rerun)"] = replicate
 
     lines = [f"# {title}", ""]
     if description:
         lines += [description, ""]
     lines += [f"Generated by `ppl_bsvm.report` on {_dt.date.today().isoformat()}.", ""]
-    lines += ["## Fits", "", markdown_table(fits_table(fits)), ""]
-    lines += ["## Summary", ""] + [f"- {s}" for s in headline(table)] + [""]
+    lines += ["## Fits", "", markdown_table(fits_table(listed)), ""]
+    lines += ["## Summary", ""] + [f"- {s}" for s in headline(table, fits)] + [""]
 
     post = table[table["variable"] != "predictive"]
     if len(post):
         lines += ["## Posterior distances to the reference", "",
                   markdown_table(post[["candidate", "variable", "dim", *POSTERIOR_METRICS,
                                        *_notes(post)]]), "",
-                  "`mean_error_sd`: |mean difference| in reference sds (mean, max over "
-                  "coordinates); `sd_ratio`: candidate sd / reference sd; `kl_forward` = "
-                  "KL(reference || candidate), `kl_reverse` = KL(candidate || reference) and "
-                  "`w2_gauss` between Gaussian fits; `energy`: energy distance in reference-sd "
-                  "units; `coverage_50/90`: share of reference draws inside the candidate's "
-                  "central 50/90% intervals.", ""]
+                  *POSTERIOR_LEGEND, ""]
     pred = table[table["variable"] == "predictive"]
     if len(pred):
         lines += ["## Predictions on the test data", "",
                   markdown_table(pred[["candidate", *PREDICTIVE_METRICS, *_notes(pred)]]), "",
-                  "`prob_mad`: mean |P(y=+1) - reference P(y=+1)|; `nlpd`: negative log "
-                  "predictive probability; `ece`: expected calibration error (10 bins).", ""]
+                  "`prob_mad`: mean |P(y=+1) - reference P(y=+1)|; `error`: test error rate at "
+                  "P = 0.5; `brier`: Brier score; `nlpd`: negative log predictive probability "
+                  "(mean over test points); `auc`: area under the ROC curve; `ece`: expected "
+                  "calibration error (10 bins).", ""]
     if len(diag):
         lines += [f"## Diagnostics of the reference ({reference.method})", "",
                   markdown_table(diag, index=True), ""]
@@ -194,6 +217,38 @@ def write_report(
     path = folder / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+POSTERIOR_LEGEND = (
+    "Every column is computed the same way for every row of a variable "
+    "(`ppl_bsvm.compare.POSTERIOR_METRICS`):",
+    "",
+    "- `dim`: coordinates of the variable (`beta`: coefficients, `f`: training points, "
+    "`f_test`: test points).",
+    "- `mean_error_sd`, `max_mean_error_sd`: |candidate mean - reference mean| in reference "
+    "sds, mean and max over coordinates.",
+    "- `sd_ratio`: candidate sd / reference sd, mean over coordinates (below 1: too narrow).",
+    "- `kl_forward` = KL(reference || candidate), `kl_reverse` = KL(candidate || reference), "
+    "in nats: the sums over coordinates of the KLs of Gaussians matched to each coordinate's "
+    "draws (a full-covariance fit in hundreds of dimensions would be mostly estimation bias).",
+    "- `kl_joint`: KL(reference || candidate) of full-covariance Gaussians on the reference's "
+    "10 leading principal axes (the correlations the marginal columns cannot see); blank for "
+    "`f_test`, where Gaussian approximations give marginals only.",
+    "- `w2_gauss`: 2-Wasserstein distance between the same per-coordinate Gaussians, in "
+    "reference sds.",
+    "- `energy`: energy distance of the draws in reference sds (for `f_test` the mean of the "
+    "coordinates' 1-d energy distances).",
+    "- `coverage_50`, `coverage_90`: share of reference draws inside the candidate's central "
+    "50% / 90% intervals (ideal 0.5 / 0.9).",
+    "- `psis_khat`: the candidate's own PSIS diagnostic against the exact posterior, which "
+    "needs no reference (linear VI and SVI).",
+    "- `note`: what a row is when it is not an approximation of the reference's posterior: "
+    "the noise floor, ECM's pseudo-posterior, a fit with another kernel.",
+    "",
+    "Each number is estimated from draws: the noise-floor row (the reference sampler against "
+    "itself) shows what an exact answer scores; differences below it are noise.",
+)
+"""The report's explanation of the posterior table, one line per column."""
 
 
 def _notes(rows: pd.DataFrame) -> list[str]:

@@ -35,33 +35,51 @@ POSTERIOR_METRICS = (
     "sd_ratio",
     "kl_forward",
     "kl_reverse",
+    "kl_joint",
     "w2_gauss",
     "energy",
     "coverage_50",
     "coverage_90",
-    "gauss_fit",
     "psis_khat",
 )
-"""Per (candidate, variable):
+"""Per (candidate, variable), each computed the same way for every row of a variable:
 
 - ``mean_error_sd``, ``max_mean_error_sd``: mean and max over coordinates of
   ``|mean_c - mean_r| / sd_r``.
 - ``sd_ratio``: mean over coordinates of ``sd_c / sd_r`` (below 1: too narrow).
-- ``kl_forward`` = KL(reference || candidate) and ``kl_reverse`` = KL(candidate || reference)
-  between Gaussians moment-matched to the draws; ``w2_gauss``: their 2-Wasserstein distance.
-- ``energy``: energy distance on the draws, coordinates scaled by the reference sd.
+- ``kl_forward`` = KL(reference || candidate) and ``kl_reverse`` = KL(candidate || reference),
+  in nats, between the products of the Gaussians moment-matched to each coordinate's draws
+  (:func:`~ppl_bsvm.compare.distances.marginal_kl`): the sum over coordinates of their 1-d
+  KLs. Its Monte-Carlo bias is about ``dim (1/ESS_c + 1/ESS_r)``; a full-covariance fit's is
+  about ``dim^2 / (4 ESS)`` (10 nats in 398 dimensions from 4,000 draws, enough to rank exact
+  MCMC below VI), hence per coordinate.
+- ``kl_joint``: KL(reference || candidate) between full-covariance Gaussians fitted to the
+  draws projected on the reference's :data:`JOINT_DIMENSIONS` leading principal axes (of the
+  draws standardised by the reference sd; the same axes for every row): the correlations the
+  marginal measures cannot see, where they matter most, at a bias of about
+  ``k^2 / (4 ESS)``. NaN for ``f_test``, whose Gaussian predictors give marginals only.
+- ``w2_gauss``: 2-Wasserstein distance between the same products of marginal Gaussians, in
+  reference sds (``sqrt(sum_j (dm_j^2 + ds_j^2) / sd_rj^2)``).
+- ``energy``: energy distance (``2 E|X-Y| - E|X-X'| - E|Y-Y'|``) on the draws, coordinates
+  in reference sds; for ``beta`` and ``f`` on the joint draws, for ``f_test`` the mean of the
+  coordinates' 1-d energy distances (marginals only, as above).
 - ``coverage_50``, ``coverage_90``: mean over coordinates of the fraction of reference draws
   inside the candidate's central 50% / 90% interval (ideal: 0.5 / 0.9).
-- ``gauss_fit``: ``"joint"`` (full covariance) or ``"diagonal"`` (product of marginals: used
-  when there are fewer than 5 draws per dimension, and always for ``f_test``, whose Gaussian
-  predictors expose marginals only).
 - ``psis_khat``: the candidate's own PSIS diagnostic against the exact posterior
-  (``ppl_bsvm.inference.vi.psis``; linear VI and SVI), which needs no reference: below 0.7
-  its uncertainty can be trusted after importance weighting.
+  (``ppl_bsvm.inference.vi.psis``; linear VI and SVI), which needs no reference (see
+  :data:`ppl_bsvm.inference.vi.psis` on what it means in many dimensions).
+
+Every number is an estimate from draws, so the table holds its own noise floor: a row of the
+reference sampler against itself (``compare``'s ``replicate``: a second run of it, or by
+default half of its chains against the other half), whose values are what an exact answer
+scores (:data:`FLOOR_NOTES`).
 
 A candidate fitted with ``linear_response=True`` adds a row ``"<name> (mean-field)"`` beside
 its own (draws of the mean-field ``q`` it also stores), and one whose ``k-hat`` is below 0.7 a
 row ``"<name> (PSIS)"`` (its draws resampled with the importance weights)."""
+
+JOINT_DIMENSIONS = 10
+"""Principal axes of the reference on which ``kl_joint`` compares full-covariance Gaussians."""
 
 PREDICTIVE_METRICS = ("prob_mad", "error", "brier", "nlpd", "auc", "ece")
 """Per fit, on the test data (variable ``"predictive"``): ``prob_mad`` = mean absolute
@@ -80,6 +98,19 @@ approximation of the posterior. Fits without posterior draws (Platt, BC-SVM) get
 
 NO_DRAWS = "no posterior draws: predictive rows only"
 
+FLOOR_NOTES = {
+    "rerun": "noise floor: the reference's sampler run again with another seed, measured "
+             "like the candidates; an exact answer scores about this",
+    "split": "noise floor: half of the reference's chains against the other half (each with "
+             "half the draws, so about twice the KL and 1.4 times the mean error and w2 of a "
+             "full-length rerun, which compare(..., replicate=fit) measures)",
+}
+"""The ``note`` of the noise-floor rows (``compare``'s ``replicate``)."""
+
+KERNEL_TOLERANCE = 0.05
+"""Relative difference of a kernel hyperparameter beyond which a candidate's row says that
+its kernel is not the reference's (a different posterior, not only an approximation)."""
+
 COLUMNS = ("candidate", "variable", "dim", *POSTERIOR_METRICS, *PREDICTIVE_METRICS, "note")
 """The table's columns; ``note`` is empty unless :data:`NOTES` or :data:`NO_DRAWS` applies."""
 
@@ -97,33 +128,44 @@ def posterior_draws(fit: Fit, var: str) -> np.ndarray:
     return values.reshape(values.shape[0] * values.shape[1], -1)
 
 
-def _posterior_row(cand: np.ndarray, ref: np.ndarray, *, diagonal: bool, max_draws: int,
-                   seed: int) -> dict:
-    dim = ref.shape[1]
+def _posterior_row(cand: np.ndarray, ref: np.ndarray, *, basis, marginal: bool,
+                   max_draws: int, seed: int) -> dict:
+    """The :data:`POSTERIOR_METRICS` of one row; ``basis``: the reference's principal axes
+    (None: no ``kl_joint``), ``marginal``: the energy distance of the marginals only."""
     z = distances.standardized_mean_error(cand, ref)
     ref_sd = ref.std(0, ddof=1)
-    diagonal = diagonal or min(cand.shape[0], ref.shape[0]) < 5 * dim
-    mc, Sc = distances.gaussian_fit(cand, diagonal)
-    mr, Sr = distances.gaussian_fit(ref, diagonal)
-    try:
-        kl_f = distances.gaussian_kl(mr, Sr, mc, Sc)
-        kl_r = distances.gaussian_kl(mc, Sc, mr, Sr)
-    except ValueError:  # a degenerate covariance (point mass): KL is infinite
-        kl_f = kl_r = np.inf
+    if marginal:
+        energy = distances.marginal_energy_distance(cand, ref, scale=ref_sd)
+    else:
+        energy = distances.energy_distance(cand, ref, scale=ref_sd, max_draws=max_draws,
+                                           seed=seed)
     return {
-        "dim": dim,
+        "dim": ref.shape[1],
         "mean_error_sd": float(np.mean(z)),
         "max_mean_error_sd": float(np.max(z)),
         "sd_ratio": float(np.mean(distances.sd_ratio(cand, ref))),
-        "kl_forward": kl_f,
-        "kl_reverse": kl_r,
-        "w2_gauss": distances.gaussian_w2(mc, Sc, mr, Sr),
-        "energy": distances.energy_distance(cand, ref, scale=ref_sd, max_draws=max_draws,
-                                            seed=seed),
+        "kl_forward": distances.marginal_kl(ref, cand),
+        "kl_reverse": distances.marginal_kl(cand, ref),
+        "kl_joint": np.nan if basis is None else distances.projected_kl(ref, cand, basis),
+        "w2_gauss": distances.marginal_w2(cand, ref, scale=ref_sd),
+        "energy": energy,
         "coverage_50": float(np.mean(distances.interval_coverage(cand, ref, 0.5))),
         "coverage_90": float(np.mean(distances.interval_coverage(cand, ref, 0.9))),
-        "gauss_fit": "diagonal" if diagonal else "joint",
     }
+
+
+class _Measure:
+    """Rows against one reference's draws of a variable, with its principal axes computed
+    once (the same estimator for every row)."""
+
+    def __init__(self, ref: np.ndarray, *, joint: bool, max_draws: int, seed: int):
+        self.ref = ref
+        self.basis = distances.principal_basis(ref, JOINT_DIMENSIONS) if joint else None
+        self.marginal, self.max_draws, self.seed = not joint, max_draws, seed
+
+    def __call__(self, cand: np.ndarray, ref: np.ndarray | None = None) -> dict:
+        return _posterior_row(cand, self.ref if ref is None else ref, basis=self.basis,
+                              marginal=self.marginal, max_draws=self.max_draws, seed=self.seed)
 
 
 def _derived_draws(cand: Fit, var: str, seed: int) -> dict[str, np.ndarray]:
@@ -187,6 +229,7 @@ def compare(
     reference_name: str = "reference",
     num_draws: int = 2000,
     seed: int = 0,
+    replicate=None,
 ) -> pd.DataFrame:
     """Compare candidate fits with a reference fit (usually MCMC ground truth).
 
@@ -207,6 +250,13 @@ def compare(
         Draws of ``f_test`` per fit, and the thinning of the energy distance.
     seed : int, default=0
         Seed of those draws and thinnings (the table is reproducible).
+    replicate : Fit, False or None, default=None
+        The noise floor's row, ``"<reference_name> (rerun)"``: a second fit of the reference's
+        method to the same data with another seed, measured against the reference like a
+        candidate (``run_comparison`` makes one for a sampler reference). None: when the
+        reference has two or more chains, ``"<reference_name> (split chains)"``, half of its
+        chains against the other half (``beta`` and ``f`` only; :data:`FLOOR_NOTES`).
+        False: no floor row.
 
     Returns
     -------
@@ -216,8 +266,10 @@ def compare(
         (variable ``"predictive"``, one per fit including the reference) fill
         :data:`PREDICTIVE_METRICS`; the other cells are NaN. ``note`` says what a row's
         numbers are when they are not what the column names promise: ECM's draws are a
-        pseudo-posterior (:data:`NOTES`), and a fit without draws has predictive rows only
-        (:data:`NO_DRAWS`). ``table.attrs["reference"]`` is
+        pseudo-posterior (:data:`NOTES`), a fit without draws has predictive rows only
+        (:data:`NO_DRAWS`), a floor row what it is (:data:`FLOOR_NOTES`), and a fit whose
+        kernel hyperparameters differ from the reference's by more than
+        :data:`KERNEL_TOLERANCE` names them. ``table.attrs["reference"]`` is
         ``reference_name`` and ``table.attrs["diagnostics"]`` the reference's MCMC
         diagnostics (:func:`diagnostics`).
     """
@@ -237,6 +289,10 @@ def compare(
     num_draws = positive_int("num_draws", num_draws, minimum=10)
     if y_test is not None and X_test is None:
         raise ValueError("y_test was given without X_test")
+    replicate = _check_replicate(replicate, reference)
+    floor_name = f"{reference_name} ({'rerun' if isinstance(replicate, Fit) else 'split chains'})"
+    if floor_name in candidates:
+        raise ValueError(f"{floor_name!r} is a candidate name and the noise floor's row")
 
     rows = []
     ref_test = p_ref = y_pm = None
@@ -249,30 +305,40 @@ def compare(
                 raise ValueError(f"y_test has {y_pm.size} labels but X_test {p_ref.size} rows")
         rows.append({"candidate": reference_name, "variable": "predictive",
                      **_predictive_row(p_ref, p_ref, y_pm), "note": _note(reference, None)})
+    measures = {}
+
+    def measure(var):
+        if var not in measures:
+            measures[var] = _Measure(posterior_draws(reference, var), joint=True,
+                                     max_draws=num_draws, seed=seed)
+        return measures[var]
+
+    test_measure = None
+    if ref_test is not None:
+        test_measure = _Measure(ref_test, joint=False, max_draws=num_draws, seed=seed)
+    if replicate is not None:
+        rows += _floor_rows(reference, replicate, floor_name, measure, test_measure, X_test,
+                            p_ref, y_pm, num_draws, seed)
     for name, cand in candidates.items():
         shared = _shared_variables(reference, cand, name)
+        kernel_note = _kernel_note(reference, cand, reference_name)
         for var in shared:
-            ref_draws = posterior_draws(reference, var)
-            row = _posterior_row(posterior_draws(cand, var), ref_draws,
-                                 diagonal=False, max_draws=num_draws, seed=seed)
+            row = measure(var)(posterior_draws(cand, var))
             rows.append({"candidate": name, "variable": var, **row,
-                         "psis_khat": _khat(cand, var), "note": _note(cand, var)})
+                         "psis_khat": _khat(cand, var), "note": _note(cand, var, kernel_note)})
             for suffix, draws in _derived_draws(cand, var, seed).items():
-                row = _posterior_row(draws, ref_draws, diagonal=False, max_draws=num_draws,
-                                     seed=seed)
-                rows.append({"candidate": f"{name} ({suffix})", "variable": var, **row,
+                rows.append({"candidate": f"{name} ({suffix})", "variable": var,
+                             **measure(var)(draws),
                              "psis_khat": _khat(cand, var) if suffix == "PSIS" else np.nan,
-                             "note": _note(cand, var)})
+                             "note": _note(cand, var, kernel_note)})
         if X_test is not None:
             cand_test = _latent_draws(cand, X_test, num_draws, seed + 1)
             if cand_test is not None and ref_test is not None:
-                row = _posterior_row(cand_test, ref_test, diagonal=True, max_draws=num_draws,
-                                     seed=seed)
-                rows.append({"candidate": name, "variable": "f_test", **row,
-                             "note": _note(cand, "f_test")})
+                rows.append({"candidate": name, "variable": "f_test", **test_measure(cand_test),
+                             "note": _note(cand, "f_test", kernel_note)})
             rows.append({"candidate": name, "variable": "predictive",
                          **_predictive_row(cand.predict_proba(X_test), p_ref, y_pm),
-                         "note": _note(cand, None)})
+                         "note": _note(cand, None, kernel_note)})
         if not shared and X_test is None:
             reason = ("has no posterior draws" if not has_draws(cand) else
                       "shares no posterior variable with the reference")
@@ -282,8 +348,87 @@ def compare(
     table["note"] = table["note"].fillna("")
     table["dim"] = table["dim"].astype("Int64")
     table.attrs["reference"] = reference_name
+    table.attrs["floor"] = floor_name if replicate is not None else None
     table.attrs["diagnostics"] = diagnostics(reference)
     return table
+
+
+def _check_replicate(replicate, reference: Fit):
+    """``compare``'s ``replicate`` resolved: a Fit, ``"split"`` or None (no floor row)."""
+    if replicate is False:
+        return None
+    if replicate is None:
+        chains = reference.idata.posterior.sizes.get("chain", 1) if has_draws(reference) else 1
+        return "split" if chains >= 2 else None
+    if not isinstance(replicate, Fit):
+        raise ValueError(f"replicate must be a Fit, None or False, got {type(replicate).__name__}")
+    if (replicate.method, replicate.model) != (reference.method, reference.model):
+        raise ValueError(
+            f"replicate is a {replicate.model}/{replicate.method} fit but the reference a "
+            f"{reference.model}/{reference.method} one: the noise floor is the reference's own "
+            "method run again with another seed"
+        )
+    return replicate
+
+
+def _split_draws(fit: Fit, var: str) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of ``var`` of the first half of the chains and of the second (pooled each)."""
+    values = np.asarray(fit.idata.posterior[var].values, dtype=np.float64)
+    half = values.shape[0] // 2
+    first, second = values[:half], values[half:2 * half]
+    return (first.reshape(first.shape[0] * first.shape[1], -1),
+            second.reshape(second.shape[0] * second.shape[1], -1))
+
+
+def _floor_rows(reference, replicate, name, measure, test_measure, X_test, p_ref, y_pm,
+                num_draws, seed) -> list[dict]:
+    """The noise floor's rows (:data:`FLOOR_NOTES`)."""
+    rows = []
+    kind = "rerun" if isinstance(replicate, Fit) else "split"
+    note = FLOOR_NOTES[kind]
+    for var in COMPARED_VARIABLES:
+        if not (has_draws(reference) and var in reference.idata.posterior):
+            continue
+        if kind == "split":
+            first, second = _split_draws(reference, var)
+            row = measure(var)(second, ref=first)
+        else:
+            if var not in replicate.idata.posterior:
+                continue
+            _shared_variables(reference, replicate, name)  # the same shapes, or ValueError
+            row = measure(var)(posterior_draws(replicate, var))
+        rows.append({"candidate": name, "variable": var, **row, "note": note})
+    if kind == "rerun" and X_test is not None:
+        rerun_test = _latent_draws(replicate, X_test, num_draws, seed + 1)
+        if rerun_test is not None and test_measure is not None:
+            rows.append({"candidate": name, "variable": "f_test", **test_measure(rerun_test),
+                         "note": note})
+        rows.append({"candidate": name, "variable": "predictive",
+                     **_predictive_row(replicate.predict_proba(X_test), p_ref, y_pm),
+                     "note": note})
+    return rows
+
+
+def _kernel_note(reference: Fit, cand: Fit, reference_name: str) -> str:
+    """Says which kernel hyperparameters of ``cand`` differ from the reference's by more than
+    :data:`KERNEL_TOLERANCE` (learned separately, say): then the two fit different posteriors,
+    and the distances measure that too. Empty when they agree or either has none."""
+    ours, theirs = cand.hyperparameters, reference.hyperparameters
+    if not ours or not theirs or set(ours) != set(theirs):
+        return ""
+    differ = []
+    for key in ours:
+        a, b = np.asarray(ours[key], float), np.asarray(theirs[key], float)
+        if a.shape != b.shape:
+            continue
+        if np.any(np.abs(a - b) > KERNEL_TOLERANCE * np.maximum(np.abs(b), 1e-12)):
+            fmt = (lambda v: f"{float(v):.3g}") if a.size == 1 else (
+                lambda v: np.array2string(v, precision=3))
+            differ.append(f"{key} {fmt(a)} vs {fmt(b)}")
+    if not differ:
+        return ""
+    return (f"kernel differs from the {reference_name}'s ({'; '.join(differ)}): another "
+            "posterior, not only an approximation error")
 
 
 def _latent_draws(fit: Fit, X_test, num_draws: int, seed: int):
@@ -294,11 +439,14 @@ def _latent_draws(fit: Fit, X_test, num_draws: int, seed: int):
     return fit.sample_latent(X_test, num_draws, seed)
 
 
-def _note(fit: Fit, var: str | None) -> str:
-    """The ``note`` of ``fit``'s row of ``var`` (None: its predictive row)."""
+def _note(fit: Fit, var: str | None, extra: str = "") -> str:
+    """The ``note`` of ``fit``'s row of ``var`` (None: its predictive row), with ``extra`` (the
+    kernel's, :func:`_kernel_note`) appended."""
     if var is None:
-        return "" if has_draws(fit) else NO_DRAWS
-    return NOTES.get(fit.method, "")
+        base = "" if has_draws(fit) else NO_DRAWS
+    else:
+        base = NOTES.get(fit.method, "")
+    return "; ".join(part for part in (base, extra) if part)
 
 
 def diagnostics(fit: Fit, var_names=None) -> pd.DataFrame:

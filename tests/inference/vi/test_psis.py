@@ -97,3 +97,16 @@ def test_linear_log_ratios_over_blocks_equal_the_direct_formula():
               - 1.4 * np.sum(np.maximum(0, 1 - draws @ Z.T), 1)
               + 0.5 * np.sum(white**2, 0) + np.sum(np.log(np.diag(F))))
     np.testing.assert_allclose(got, direct, rtol=1e-12)
+
+
+def test_the_khat_verdict_depends_on_the_dimension_and_on_what_the_fit_used():
+    """Issue 30: a linear-response fit must not be told to try linear response, and above a
+    few dozen dimensions a large k-hat is read as a statement about the joint ratio."""
+    assert P.khat_verdict(0.3).startswith("good")
+    assert P.khat_verdict(0.6, 500, False).startswith("usable")
+    small_mf = P.khat_verdict(1.2, 2, False)
+    assert "far from the exact posterior" in small_mf and "linear_response=True widens" in small_mf
+    big_lr = P.khat_verdict(1.02, 31, True)
+    assert "in 31 dimensions" in big_lr and "already asked for" in big_lr
+    assert "far from the exact posterior" not in big_lr and "widens" not in big_lr
+    assert "linear_response" not in P.khat_verdict(0.9, 3, None)

@@ -75,8 +75,10 @@ default half of its chains against the other half), whose values are what an exa
 scores (:data:`FLOOR_NOTES`).
 
 A candidate fitted with ``linear_response=True`` adds a row ``"<name> (mean-field)"`` beside
-its own (draws of the mean-field ``q`` it also stores), and one whose ``k-hat`` is below 0.7 a
-row ``"<name> (PSIS)"`` (its draws resampled with the importance weights)."""
+its own (draws of the mean-field ``q`` it also stores: jointly where its covariance is stored,
+``beta`` and B-BSVM's ``f``; else from the marginals, with no ``kl_joint``), and one whose
+``k-hat`` is below 0.7 a row ``"<name> (PSIS)"`` (its draws resampled with the importance
+weights)."""
 
 JOINT_DIMENSIONS = 10
 """Principal axes of the reference on which ``kl_joint`` compares full-covariance Gaussians."""
@@ -168,9 +170,10 @@ class _Measure:
                               marginal=self.marginal, max_draws=self.max_draws, seed=self.seed)
 
 
-def _derived_draws(cand: Fit, var: str, seed: int) -> dict[str, np.ndarray]:
+def _derived_draws(cand: Fit, var: str, seed: int) -> dict[str, tuple[np.ndarray, bool]]:
     """The rows a fit adds beside its own for ``var`` (:data:`POSTERIOR_METRICS`): suffix ->
-    draws ``(S, dim)``."""
+    ``(draws (S, dim), joint)``, ``joint`` False where only the marginals are stored (the
+    draws are then independent across coordinates, and the row has no ``kl_joint``)."""
     if "approximation" not in cand.idata.children:
         return {}
     a = cand.idata["approximation"]
@@ -179,15 +182,19 @@ def _derived_draws(cand: Fit, var: str, seed: int) -> dict[str, np.ndarray]:
     out = {}
     if cand.idata.attrs.get("covariance") == "linear response":
         if var == "beta" and "beta_cov_mean_field" in a:
-            out["mean-field"] = rng.multivariate_normal(
-                a["beta_mean"].values, a["beta_cov_mean_field"].values, S)
+            out["mean-field"] = (rng.multivariate_normal(
+                a["beta_mean"].values, a["beta_cov_mean_field"].values, S), True)
+        elif var == "f" and "f_cov_mean_field" in a:
+            out["mean-field"] = (rng.multivariate_normal(
+                a["f_mean"].values, a["f_cov_mean_field"].values, S, method="eigh"), True)
         elif var == "f" and "f_var_mean_field" in a:
             mean, var_mf = a["f_mean"].values, a["f_var_mean_field"].values
-            out["mean-field"] = mean + np.sqrt(var_mf) * rng.standard_normal((S, mean.size))
+            out["mean-field"] = (mean + np.sqrt(var_mf) * rng.standard_normal((S, mean.size)),
+                                 False)
     if var == "beta" and "beta_mean_psis" in a:
         draws = posterior_draws(cand, var)
         w = np.exp(a["psis_log_weights"].values - np.max(a["psis_log_weights"].values))
-        out["PSIS"] = draws[rng.choice(len(draws), size=len(draws), p=w / w.sum())]
+        out["PSIS"] = (draws[rng.choice(len(draws), size=len(draws), p=w / w.sum())], True)
     return out
 
 
@@ -326,9 +333,11 @@ def compare(
             row = measure(var)(posterior_draws(cand, var))
             rows.append({"candidate": name, "variable": var, **row,
                          "psis_khat": _khat(cand, var), "note": _note(cand, var, kernel_note)})
-            for suffix, draws in _derived_draws(cand, var, seed).items():
-                rows.append({"candidate": f"{name} ({suffix})", "variable": var,
-                             **measure(var)(draws),
+            for suffix, (draws, joint) in _derived_draws(cand, var, seed).items():
+                row = measure(var)(draws)
+                if not joint:
+                    row["kl_joint"] = np.nan
+                rows.append({"candidate": f"{name} ({suffix})", "variable": var, **row,
                              "psis_khat": _khat(cand, var) if suffix == "PSIS" else np.nan,
                              "note": _note(cand, var, kernel_note)})
         if X_test is not None:

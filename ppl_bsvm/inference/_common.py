@@ -216,6 +216,7 @@ def gaussian_idata(
         "u_mean": ["inducing"],
         "u_cov": ["inducing", "inducing_bis"],
         "f_cov": ["obs", "obs_bis"],
+        "f_cov_mean_field": ["obs", "obs_bis"],
         "Z": ["inducing", "input_dim"],
     }
     coords = dict(coords or {})

@@ -244,7 +244,8 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
         :func:`ppl_bsvm.inference.vi.lrvb.gp_response`, one ``n x n`` solve, ``O(n^3)``) at the
         fixed point of the sweep, tightened first by at most ``lrvb.POLISH_ITER`` sweeps, for
         the draws, the predictive variances and ``idata.approximation`` (``f_cov``, ``f_var``;
-        the mean-field variances stay as ``f_var_mean_field``; the attribute ``covariance``
+        the mean-field ones stay as ``f_cov_mean_field`` and ``f_var_mean_field``; the
+        attribute ``covariance``
         says which is used; hyperparameters held at their final values). Where it fails its
         check (``lrvb.accept``) a ``ConvergenceWarning`` and the mean-field answer.
     """
@@ -278,7 +279,10 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
                                   semidefinite=True, stacklevel=4)
         approximation["f_var_mean_field"] = approximation["f_var"]
         if status == "linear response":
-            approximation.update(f_cov=cov, f_var=np.diag(cov))
+            # the mean-field q(f)'s joint covariance too: compare's "(mean-field)" rows draw
+            # from it (its marginals alone would lose the correlations q(f) has)
+            approximation.update(f_cov=cov, f_var=np.diag(cov),
+                                 f_cov_mean_field=np.asarray(gaussian.posterior_cov(q.K, q.fac)))
             latent = Latent(gp_dense, kernel, GPDense(X, st.params, D, q_lr.weights))
         timings = {"linear_response": time.perf_counter() - t1}
     if status == "linear response":

@@ -39,9 +39,10 @@ form of the plain draw comes without a triangular solve; on the Banana benchmark
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
 second against NUTS's: linear 3.1x with the collapsed sweeps (0.13 ms a draw against 0.21 for
-full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (overrelaxed by
-default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.9-2.2x at ``n = 300``
-(plain Gibbs 1.3-1.6x), 16-20x at ``n = 1000`` (11-13x). The sampler's value is as an
+full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (plain Gibbs by
+default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.3-1.6x at ``n = 300``,
+11-13x at ``n = 1000`` in bulk ESS (``reports/mcmc_benchmark`` has the tail ESS too). The
+sampler's value is as an
 independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """
@@ -310,10 +311,11 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         Relative jitter of ``K``; the predictions use the same ``K``.
     scale_step : bool, default=True
         Exact draw of the scale of ``f`` at the start of each sweep.
-    overrelax : float in (-1, 1), default=-0.9
-        Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. On the
-        benchmark it lifts the smallest ESS per draw from 0.51 to 0.77 (n = 300) and from
-        0.32 to 0.69 (n = 1000) for 10-40 % more time per sweep.
+    overrelax : float in (-1, 1), default=0.0
+        Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. -0.9
+        lifts the benchmark's smallest bulk ESS per draw (0.51 to 0.77 at n = 300) but mixes
+        the spread of ``f`` slowly (tail ESS and ESS of sds 2-5x lower on real data sets,
+        :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`).
     collapse : bool, default=True
         Ignored unless ``directions="all"`` (``BSVMGibbs``): ten directions do not span the
         space of ``f``, and the sweeps stay full.

@@ -497,10 +497,10 @@ def curve_fits(curve):
     X, y, kern = curve
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
     return _LazyFits({
-        # the default overrelaxes (GP_OVERRELAX); the plain sampler is checked beside it
+        # the default is plain Gibbs (GP_OVERRELAX); the overrelaxed sampler beside it
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
-        "gibbs_plain": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=0.0, seed=7,
-                                            **common),
+        "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9,
+                                                  seed=7, **common),
         "gibbs_cg": lambda: _fit_by_cg(X, y, seed=8, **common),
         "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
     })
@@ -521,7 +521,7 @@ def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_plain", "gibbs_cg"])
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed", "gibbs_cg"])
 def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
     g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)
@@ -673,14 +673,15 @@ def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
     assert np.all(np.isfinite(seq.get_extra_fields()["lp"]))
 
 
-def test_the_gp_sampler_overrelaxes_by_default_the_linear_one_does_not(curve, plane):
-    """The kernel and the engine resolve the same defaults, and an explicit value wins."""
+def test_neither_sampler_overrelaxes_by_default(curve, plane):
+    """The kernel and the engine resolve the same defaults (plain Gibbs: overrelaxation slows
+    the mixing of the spread, GP_OVERRELAX), and an explicit value wins."""
     from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
 
-    assert GP_OVERRELAX == -0.9
+    assert GP_OVERRELAX == 0.0
     assert BSVMGibbs(models.gp_bsvm)._overrelax == GP_OVERRELAX
     assert BSVMGibbs(models.linear_bsvm)._overrelax == 0.0
-    assert BSVMGibbs(models.gp_bsvm, overrelax=0.0)._overrelax == 0.0
+    assert BSVMGibbs(models.gp_bsvm, overrelax=-0.9)._overrelax == -0.9
     X, y, kern = curve
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kern, num_samples=5,
                        num_warmup=5, num_chains=1, seed=0)
@@ -807,7 +808,7 @@ def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
     there) and a constant coordinate."""
     import arviz as az
 
-    from ppl_bsvm.inference.mcmc._common import bulk_ess, rank_rhat
+    from ppl_bsvm.inference.mcmc._common import bulk_ess, rank_rhat, tail_ess
 
     r = np.random.default_rng(0)
     for chains, draws, rho in [(4, 1000, 0.5), (4, 1000, 0.95), (2, 300, 0.8), (4, 100, 0.0),
@@ -824,23 +825,29 @@ def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
                                        rtol=1e-10)
         ess = bulk_ess(x)
         np.testing.assert_allclose(ess, np.asarray(az.ess(x)), rtol=1e-10)
+        np.testing.assert_allclose(tail_ess(x[..., :3]), np.asarray(
+            az.ess(x[..., :3], method="tail", prob=(0.05, 0.95))), rtol=1e-10)
         assert np.all(ess > 0) and np.all(ess <= chains * draws * np.log10(chains * draws))
 
 
-def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(curve_fits):
-    """idata.attrs' R-hat and bulk ESS of the overrelaxed (antithetic) GP Gibbs sampler equal
-    ArviZ's on f; the augmentation variables (store_lam) are left out of them."""
+@pytest.mark.parametrize("name", ["gibbs_overrelaxed", "gibbs"])
+def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(curve_fits, name):
+    """idata.attrs' R-hat, bulk and tail ESS of the overrelaxed (antithetic) and the plain GP
+    Gibbs sampler equal ArviZ's on f; the augmentation variables are left out of them."""
     import arviz as az
 
     from ppl_bsvm.inference.mcmc._common import convergence_summary
 
-    fit = curve_fits["gibbs"]
+    fit = curve_fits[name]
     f = fit.posterior["f"].values
     ess_all = np.asarray(az.ess(f))
+    tail = np.asarray(az.ess(f, method="tail", prob=(0.05, 0.95)))
     assert fit.idata.attrs["ess_bulk_min"] == pytest.approx(float(ess_all.min()), rel=1e-8)
+    assert fit.idata.attrs["ess_tail_min"] == pytest.approx(float(tail.min()), rel=1e-8)
     assert fit.idata.attrs["rhat_max"] == pytest.approx(float(np.asarray(az.rhat(f)).max()),
                                                         rel=1e-8)
-    assert ess_all.max() > f.shape[0] * f.shape[1]  # antithetic: more than the draws
+    if name == "gibbs_overrelaxed":
+        assert ess_all.max() > f.shape[0] * f.shape[1]  # antithetic: more than the draws
     stuck = np.repeat(np.arange(4.0)[:, None, None], f.shape[1], axis=1)  # 4 stuck chains
     summary = convergence_summary({"f": f, "lam": stuck + 1e-3 * np.abs(f[..., :1])})
     assert summary["rhat_max"] == fit.idata.attrs["rhat_max"]

@@ -188,13 +188,12 @@ class _Bar(_NoBar):
             if self._closed.is_set() or now - self._created < DELAY:
                 return
             if self._bar is None:  # nothing counted yet: the starting count and the status
-                self._bar = self._new(self._kwargs["initial"], delay=0.0)
-                self._bar.set_postfix_str(self._status)
+                self._bar = self._new(self._kwargs["initial"], delay=0.0, postfix=self._status)
             else:
                 self._bar.refresh()
 
-    def _new(self, initial, delay):
-        kwargs = {**self._kwargs, "initial": initial, "delay": delay}
+    def _new(self, initial, delay, postfix=None):
+        kwargs = {**self._kwargs, "initial": initial, "delay": delay, "postfix": postfix}
         return _tqdm_class()(**kwargs)
 
     def set_status(self, status: str):

@@ -57,9 +57,9 @@ adapts less and its trees stay larger: with 100 warmup and 100 kept iterations a
   2.0-2.9 ms per step of 4 chains at ``n = 5000``, ``m = 64``.
 
 Whole default runs against the estimate (``reports/slow_fit/samplers.txt``): GP with fixed
-hyperparameters, ``n = 100``: 1.9-2.8 s measured, 1.8 s estimated; ``n = 400``: 33-49 s and
-41 s; with hyperpriors, ``n = 50``: 62-105 s and 62 s; ``n = 100``: 595 s (load 3-5) and 603 s;
-sparse GP at ``n = 2000``: 94 s and 78 s.
+hyperparameters, ``n = 100``: 1.9-2.8 s measured, 1.8 s estimated; ``n = 400``: 32-49 s and
+41 s; with hyperpriors, ``n = 50``: 60-105 s and 62 s; ``n = 100``: 595 s (load 3-5) and 603 s;
+sparse GP at ``n = 2000``: 71-94 s and 78 s.
 
 **GP Gibbs.** A sweep solves one system with ``K + diag(lam) / gamma``: by a Cholesky factor
 (``n^3 / 3``) or, when ``K``'s spectrum makes it cheaper, by conjugate gradients with a
@@ -68,10 +68,10 @@ the rule that chooses, :func:`~ppl_bsvm.inference.mcmc.pcg.pcg_rank`); then ``k`
 (``LINE_OPS n k``) and a few products with ``n x n`` matrices (the prior draw by the fixed
 factor, the warmup window's sums: :data:`SWEEP_SQUARE_OPS` ``n^2``). Learning the ``k``
 directions takes two eigendecompositions of an ``n x n`` covariance per chain
-(:data:`EIGH_OPS` ``n^3`` each). Measured (200 sweeps of 4 chains, 100 at ``n = 2000``): 1.2-1.3
+(:data:`EIGH_OPS` ``n^3`` each). Measured (200 sweeps of 4 chains, 100 at ``n = 2000``): 1.1-1.3
 s at ``n = 400`` on the breast-cancer data (the Cholesky path), estimated 1.0 s once the path
-is known; 2.8 s at ``n = 1000`` on Banana (conjugate gradients, ``r = 48``), 2.6 s; 12.6-19.5
-s at ``n = 2000``, 17 s. Which
+is known; 2.0-2.8 s at ``n = 1000`` on Banana (conjugate gradients, ``r = 48``), 2.6 s;
+9.7-19.5 s at ``n = 2000`` (``r = 48``), 17 s. Which
 path a fit takes depends on ``K``'s spectrum, known only once ``K`` is computed: the estimate
 before any work assumes the cheaper of the two at rank :data:`RANK_GUESS`, and the engine looks
 again once it has chosen (:func:`gibbs_gp_flops` with the rank, ``_cost.check_refined``).

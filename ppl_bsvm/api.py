@@ -84,7 +84,9 @@ def register(method: str, models, *, options: type[Options], uses_kernel: bool =
     ``memory(n, d, options)`` estimates the engine's working memory in bytes beyond the
     inputs (``_memory``), so that a fit that cannot fit fails before it starts;
     ``flops(n, d, options)`` its leading-term operation count (``_cost``), so that a fit
-    estimated to take minutes warns before it starts.
+    estimated to take minutes warns before it starts; its ``hint`` (a string, or a function
+    ``(n, d, options) -> str`` quoting the estimate's assumptions at that size) names what
+    dominates and the faster choices.
     """
     models = (models,) if isinstance(models, str) else tuple(models)
     if budget is not None and budget not in options.names():
@@ -499,14 +501,16 @@ def _check_time(engine, X, config: Options) -> None:
     if engine.flops is None or shape is None or len(shape) != 2:
         return
     n, d = int(shape[0]), int(shape[1])
+    options = config.as_dict()
     try:
-        flops = float(engine.flops(n, d, config.as_dict()))
+        flops = float(engine.flops(n, d, options))
     except (TypeError, ValueError):
         return  # invalid options: the engine's own checks name them
-    _cost.check_time(f"fit(model={engine.model!r}, method={engine.method!r}) on X of shape "
-                     f"({n}, {d})", flops,
-                     getattr(engine.flops, "hint", "").format(method=engine.method),
-                     stacklevel=4)
+    hint = getattr(engine.flops, "hint", "")
+    if callable(hint):  # a hint that quotes the assumptions at this size
+        hint = hint(n, d, options)
+    _cost.check_time(_cost.fit_name(engine.model, engine.method, n, d), flops,
+                     hint.format(method=engine.method), stacklevel=4)
 
 
 def _memory_where(engine, n: int, d: int, config: Options) -> str:

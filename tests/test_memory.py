@@ -150,7 +150,8 @@ def test_slow_fit_warning_filters(monkeypatch):
 def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
     """Linear Gibbs: chains x warmup full sweeps of p^3/3 + n p^2 and p line moves, and
     chains x samples collapsed sweeps of p line moves (full ones when they do not collapse).
-    No engine warns on Heart (270 x 13) with its defaults."""
+    No engine warns on Heart (270 x 13) with its defaults (GP NUTS is the slowest there, about
+    20 s: ``tests/test_cost.py`` has the samplers' estimates)."""
     from ppl_bsvm import _cost
     from ppl_bsvm.inference.mcmc.gibbs import LINE_OPS
 
@@ -174,5 +175,7 @@ def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
         engine = get_engine(model, method)
         if engine.flops is not None:
             estimated.append((model, method))
-            assert engine.flops(n, d, engine.options().as_dict()) / _cost.RATE < 1.0
-    assert {("linear", "gibbs"), ("linear", "svi")} <= set(estimated)
+            assert engine.flops(n, d, engine.options().as_dict()) / _cost.RATE < (
+                _cost.WARN_SECONDS)
+    assert {("linear", "gibbs"), ("linear", "svi"), ("gp", "nuts"), ("gp", "gibbs")} <= set(
+        estimated)

@@ -191,7 +191,51 @@ class RVMOptions(Iteration, Draws, BaselineLink):
         self._set("bias", boolean("bias", self.bias))
 
 
-@register("rvm", ("gp",), options=RVMOptions, memory=dense_bytes(3))
+RVM_ITERATIONS = 60
+"""Iterations of the fast algorithm the time estimate assumes (at most ``max_iter``): 95, 64,
+41 and 35 measured on Banana at ``n = 1500, 2000, 3000, 4000`` and 54 on the breast-cancer
+data at ``n = 400`` (``reports/slow_fit/samplers.txt``); a run that does not converge takes
+``max_iter`` (5000 on Banana at ``n = 1000``: 15-23 s)."""
+
+SQUARE_OPS = 150.0
+"""Operations per ``N^2`` of one iteration of the fast algorithm: ``Phi^T B Phi_M`` (``2 N^2
+M``), ``S`` and ``Q`` (passes over the ``N x (N + 1)`` design, memory-bound): 16-97 ms an
+iteration at ``n = 2000-4000`` on Banana, 83-121 ``N^2`` at ``RATE`` (load average 3), up to
+220 under a load of 7."""
+
+REESTIMATE_OPS = 55.0
+"""Operations per ``N^2`` of one re-estimation iteration once the basis is pruned (0.7 and
+2.6 ms an iteration at ``n = 500`` and 1000), besides ``10 N^3 / 3`` for the first ones on the
+full basis. Neither run converged within ``max_iter = 5000``: the estimate counts
+``max_iter`` iterations."""
+
+
+def _rvm_flops(n: int, d: int, options: dict) -> float:
+    """The RVM's time estimate (``_cost``): ``min(max_iter, RVM_ITERATIONS)`` iterations of
+    ``SQUARE_OPS N^2`` for the fast algorithm, ``max_iter`` of ``REESTIMATE_OPS N^2`` and
+    ``10 N^3 / 3`` for the re-estimation (``N = n + 1`` basis functions with the bias)."""
+    N = n + 1
+    max_iter = int(options.get("max_iter", 5000))
+    if options.get("algorithm", "fast") == "reestimate":
+        return max_iter * REESTIMATE_OPS * N * N + 10.0 * N**3 / 3.0
+    return min(max_iter, RVM_ITERATIONS) * SQUARE_OPS * N * N
+
+
+def _rvm_hint(n: int, d: int, options: dict) -> str:
+    if options.get("algorithm", "fast") == "reestimate":
+        runs = f"max_iter={int(options.get('max_iter', 5000))} iterations (it rarely converges)"
+    else:
+        runs = (f"{min(int(options.get('max_iter', 5000)), RVM_ITERATIONS)} iterations "
+                "(typical; up to max_iter when it does not converge)")
+    return (f"an estimate: {runs}, each a few passes over the n x n kernel design (O(n^2) "
+            "and more, in NumPy); faster: method='gpc' or 'vi' on the GP model, or "
+            "model='sparse_gp' with method='svi' or 'svgp'")
+
+
+_rvm_flops.hint = _rvm_hint
+
+
+@register("rvm", ("gp",), options=RVMOptions, memory=dense_bytes(3), flops=_rvm_flops)
 def rvm(problem: Problem, options: RVMOptions, *, key, kernel: Kernel) -> Approximation:
     """Relevance vector machine classifier (Tipping 2001): sparse Bayesian logistic kernel model.
 

@@ -17,7 +17,9 @@ iteration budget and ``min_iter`` are traced arguments, and ``data`` is traced t
 into the program), so fits with other budgets, tolerances or data of the same shapes reuse the
 compiled program, and so do later calls. Between segments the loop returns to Python, which
 updates the progress bar (:mod:`ppl_bsvm._progress`) and stops once converged; the state stays
-on the device, so the iterates do not depend on where the segments end.
+on the device, so the iterates do not depend on where the segments end. With a bar shown the
+first segment is one step and later ones are sized by :func:`ppl_bsvm._progress.segment_length`
+to last about half a second.
 
 Two guarantees for the user:
 
@@ -51,9 +53,6 @@ __all__ = ["SEGMENT", "RunResult", "run", "iterate", "relative_change", "delta_b
 
 SEGMENT = 256
 """Most steps one call of the compiled loop runs before returning to Python."""
-
-_SEGMENT_SECONDS = 0.5
-"""With a progress bar shown, segments are shortened to last about this long."""
 
 
 class RunResult(NamedTuple):
@@ -291,7 +290,9 @@ def run(
     enabled = enabled if progress_bar is None else progress_bar
     desc = desc or label or step_name(step).rsplit(".", 1)[-1]
     with _progress.progress_bar(max_iter, desc, enabled, initial=start) as bar:
-        limit = 1 if _progress.shown(bar) else SEGMENT  # time the first step
+        shown = _progress.shown(bar)
+        bar.set_status("compiling, first step")
+        limit = 1 if shown else SEGMENT  # time the first step
         while done_iter < max_iter and not converged_now:
             t0 = time.perf_counter()
             key, state, buffer, n, done, finite = loop(
@@ -309,9 +310,8 @@ def run(
             done_iter += n
             converged_now = bool(done)
             bar.update(n)
-            if limit < SEGMENT:  # a bar is shown: segments of about _SEGMENT_SECONDS
-                per_step = (time.perf_counter() - t0) / max(n, 1)
-                limit = int(np.clip(_SEGMENT_SECONDS / max(per_step, 1e-9), 1, SEGMENT))
+            if shown:  # segments of about _progress.SEGMENT_SECONDS
+                limit = _progress.segment_length(n, time.perf_counter() - t0, SEGMENT)
     infos = jax.tree.map(lambda *parts: np.concatenate(parts), *pieces)
     if resume is not None:
         infos = jax.tree.map(lambda old, new: np.concatenate([old, new]), resume.infos, infos)

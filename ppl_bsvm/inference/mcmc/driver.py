@@ -42,10 +42,12 @@ from ... import _progress
 __all__ = ["SEGMENT", "ChainKernel", "Draws", "sample_chains", "split_static"]
 
 SEGMENT = 250
-"""Most iterations one call of the compiled segment runs (fewer while a progress bar is shown,
-so that it moves about twice a second)."""
+"""Most iterations one call of the compiled segment runs. While a progress bar is shown the
+first segment is one iteration and later ones are sized by
+:func:`ppl_bsvm._progress.segment_length` to last about half a second (growing at most
+twofold from one to the next: NUTS's first warmup iterations go from 1 to 1023 leapfrog steps,
+and a segment of 250 of them sized on the cheap ones ran for minutes without a word)."""
 
-_SEGMENT_SECONDS = 0.5
 _CACHE_SIZE = 16
 
 
@@ -275,8 +277,12 @@ def sample_chains(
     done = 0 if resume is None else resume.n_iter
     todo = num_samples - done + (num_warmup if resume is None else 0)
 
-    with compile_seconds() as compiled:
+    enabled, context = _progress.current()
+    with compile_seconds() as compiled, _progress.progress_bar(
+            todo * groups, label or context or "sampling", enabled) as bar:
         start = time.perf_counter()
+        shown = _progress.shown(bar)
+        bar.set_status("compiling")
         data = programs.prepare(inputs)
         if parallel:
             data = _replicate(data, num_chains)
@@ -292,30 +298,28 @@ def sample_chains(
                     programs.check(state, data)
         else:
             states = _split_groups(resume.state, groups, per_group, parallel)
+        if shown:  # compiled ahead, so that the bar can say when the first iteration runs
+            programs.segment.lower(states[0], data, 1).compile()
+            bar.set_status("first iteration")
         warmup = num_warmup if resume is None else 0
         pieces: list[list[dict]] = [[] for _ in range(groups)]
-        enabled, context = _progress.current()
-        with _progress.progress_bar(todo * groups, label or context or "sampling",
-                                    enabled) as bar:
-            shown = _progress.shown(bar)
-            for g in range(groups):
-                state, ran, limit = states[g], 0, (1 if shown else SEGMENT)
-                while ran < todo:
-                    t0 = time.perf_counter()
-                    state, buffer, n = programs.segment(state, data, min(limit, todo - ran))
-                    n = int(np.max(n))
-                    # keep only what is kept: warmup dropped and thinned as the chains go
-                    j = ran + np.arange(n) - warmup  # post-warmup index of each iteration
-                    keep = (j >= 0) & _kept(num_samples, done, j, thinning)
-                    if keep.any():
-                        pieces[g].append(jax.tree.map(
-                            lambda b, n=n, keep=keep: _host(b, n, parallel)[:, keep], buffer))
-                    ran += n
-                    bar.update(n)
-                    if shown and limit < SEGMENT:
-                        per_it = (time.perf_counter() - t0) / max(n, 1)
-                        limit = int(np.clip(_SEGMENT_SECONDS / max(per_it, 1e-9), 1, SEGMENT))
-                states[g] = state
+        for g in range(groups):
+            state, ran, limit = states[g], 0, (1 if shown else SEGMENT)
+            while ran < todo:
+                t0 = time.perf_counter()
+                state, buffer, n = programs.segment(state, data, min(limit, todo - ran))
+                n = int(np.max(n))
+                # keep only what is kept: warmup dropped and thinned as the chains go
+                j = ran + np.arange(n) - warmup  # post-warmup index of each iteration
+                keep = (j >= 0) & _kept(num_samples, done, j, thinning)
+                if keep.any():
+                    pieces[g].append(jax.tree.map(
+                        lambda b, n=n, keep=keep: _host(b, n, parallel)[:, keep], buffer))
+                ran += n
+                bar.update(n)
+                if shown:  # segments of about _progress.SEGMENT_SECONDS
+                    limit = _progress.segment_length(n, time.perf_counter() - t0, SEGMENT)
+            states[g] = state
         last = _join_groups(states, parallel)
         fields = _assemble(pieces)
         elapsed = time.perf_counter() - start

@@ -57,7 +57,7 @@ import numpy as np
 
 from ... import models
 from ..._checks import boolean, open_interval
-from ..._cost import LINEAR_HINT, cholesky
+from ..._cost import LINEAR_HINT, check_refined, cholesky, fit_name
 from ..._memory import coefficients, dense_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
@@ -72,6 +72,7 @@ from ._common import (
     run_mcmc,
 )
 from .driver import ChainKernel
+from .estimates import gibbs_gp_flops
 from .pcg import preconditioner
 from .gibbs_kernel import (
     _SUPPORTED,
@@ -291,7 +292,7 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
 
 
 @register("gibbs", ("gp",), options=GibbsGPOptions, budget="num_samples",
-          memory=dense_bytes(4))
+          memory=dense_bytes(4), flops=gibbs_gp_flops)
 def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
              resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Henao et al. 2014) for the GP Bayesian SVM, fixed hyperparameters.
@@ -337,8 +338,16 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
             f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
             "positive definite; increase jitter or check the kernel parameters"
         ) from None
+    pcg = preconditioner(setup.K, options.gamma)
+    # the estimate before any work guessed the solve's path; K's spectrum has now chosen it
+    settings = options.as_dict()
+    check_refined(fit_name("gp", "gibbs", problem.n, problem.d),
+                  gibbs_gp_flops(problem.n, problem.d, settings),
+                  gibbs_gp_flops(problem.n, problem.d, settings,
+                                 rank=0 if pcg is None else pcg.W.shape[1]),
+                  gibbs_gp_flops.hint(problem.n, problem.d, settings))
     inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": options.gamma,
-              "jitter": setup.jitter, "pcg": preconditioner(setup.K, options.gamma)}
+              "jitter": setup.jitter, "pcg": pcg}
     run = _run_gibbs(models.gp_bsvm, inputs, kernel, key=key, options=options, resume=resume,
                      dim=problem.n)
     return mcmc_approximation(

@@ -38,11 +38,10 @@ with ``K + diag(lam) / gamma`` takes two to four products with ``K`` by conjugat
 form of the plain draw comes without a triangular solve; on the Banana benchmark a sweep
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
-second against NUTS's: linear 3.1x with the collapsed sweeps (0.13 ms a draw against 0.21 for
-full ones, smallest ESS per draw 0.68 either way; full sweeps 1.6-2.0x); GP (plain Gibbs by
-default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 1.3-1.6x at ``n = 300``,
-11-13x at ``n = 1000`` in bulk ESS (``reports/mcmc_benchmark`` has the tail ESS too). The
-sampler's value is as an
+second against NUTS's, ESS the smaller of the bulk and tail ESS (``reports/mcmc_benchmark``,
+2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (plain Gibbs by
+default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.1x at ``n = 300``, 18x
+at ``n = 1000``. The sampler's value is as an
 independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """

@@ -1,5 +1,8 @@
-"""The batch fixed point of the stochastic engines (``fixed_point.py``): Anderson's iteration
-and the certificate."""
+"""The batch fixed point of the stochastic engines (``fixed_point.py``): Anderson's iteration,
+the certificate, and linear SVI against batch VI where the ELBO-change rule alone stopped far
+from it."""
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +11,7 @@ import pytest
 
 import ppl_bsvm
 from ppl_bsvm import datasets
+from ppl_bsvm.exceptions import ConvergenceWarning
 from ppl_bsvm.inference.vi import fixed_point
 
 @pytest.fixture(scope="module")
@@ -85,3 +89,28 @@ def test_certified_distance_bounds_the_distance_to_linear_vis_fixed_point(wdbc):
             eta1, prec = (np.asarray(a) for a in fixed_point.unpack(theta, p))
             true = _rms_distance(Z, np.linalg.solve(prec, eta1), mu_star, cov_star)
             assert float(cert.distance) <= tol and true <= float(cert.distance)
+
+
+def test_linear_svi_reaches_linear_vi(wdbc):
+    """Default linear SVI on wdbc: the ELBO-change rule alone stopped with coefficients several
+    posterior sds from batch VI's; with the polish, within 0.01."""
+    X, y = wdbc
+    vi = ppl_bsvm.fit(X, y, model="linear", method="vi", tol=1e-14, max_iter=5000,
+                      num_draws=10)
+    sd = np.sqrt(np.diag(vi.idata["approximation"]["beta_cov"].values))
+    mean = vi.idata["approximation"]["beta_mean"].values
+    old = ppl_bsvm.fit(X, y, model="linear", method="svi", polish=False, num_draws=10)
+    new = ppl_bsvm.fit(X, y, model="linear", method="svi", num_draws=10)
+    far = np.abs(old.idata["approximation"]["beta_mean"].values - mean) / sd
+    near = np.abs(new.idata["approximation"]["beta_mean"].values - mean) / sd
+    assert old.stop_reason == "tol" and np.max(far) > 1.0
+    assert new.stop_reason == "tol" and np.max(near) < 0.01
+
+
+def test_a_polish_after_the_iteration_cap_converges(wdbc):
+    """Five minibatch steps, then the polish: converged ("tol"), no warning."""
+    X, y = wdbc
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = ppl_bsvm.fit(X, y, model="linear", method="svi", max_iter=5, num_draws=10)
+    assert fit.stop_reason == "tol" and fit.converged and fit.n_iter == 5

@@ -397,9 +397,13 @@ def _batch_rows(attrs) -> list[tuple[str, str]]:
     (``ppl_bsvm.inference.vi.fixed_point``, ``sbsvm_batch``): how far ``q`` is from the batch
     optimum and how much ELBO the hyperparameters may still gain."""
     rows = []
-    if "fixed_point_distance" in attrs:
+    distance = attrs.get("fixed_point_distance")
+    if distance is not None and not np.isfinite(float(distance)):
         rows.append(("distance to batch optimum",
-                     f"{float(attrs['fixed_point_distance']):.2g} sds (root mean square over "
+                     "not checked (polish=False: the ELBO-change rule alone stopped the steps)"))
+    elif distance is not None:
+        rows.append(("distance to batch optimum",
+                     f"{float(distance):.2g} sds (root mean square over "
                      f"the training latents; {int(attrs['fixed_point_sweeps'])} sweeps)"))
     if "hyper_gain" in attrs:
         rows.append(("ELBO left to hyperparameters",

@@ -590,7 +590,8 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     result = run(step, state, data, static=config, key=keys.loop, max_iter=options.max_iter,
                  tol=tol, resume=previous)
     st, what = result.state, f'fit(model="{model}", method="svi")'
-    stop_reason, fp_attrs, timings = result.stop_reason, {}, {"inducing": t_inducing}
+    stop_reason, timings = result.stop_reason, {"inducing": t_inducing}
+    fp_attrs = {"fixed_point_distance": np.nan}  # not checked (Fit.summary says so)
     if default_polish(n) if options.polish is None else options.polish:
         t_p = time.perf_counter()
         st, stop_reason, fp_attrs = batch_phase(kernel, st, data._replace(order=None), options,

@@ -535,7 +535,7 @@ def _run_engine(engine, problem, key, kernel, config, shared, previous, checkpoi
     if result.stop_reason == "max_iter":
         warn_max_iter(f"method={engine.method!r} (model={engine.model!r})",
                       getattr(config, "max_iter", None), getattr(config, "tol", None),
-                      stacklevel=4)
+                      stacklevel=4, detail=result.idata.attrs.get("stop_detail"))
     return result
 
 
@@ -555,7 +555,11 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
             kwargs["resume"] = previous
         approx = engine.fn(problem, segment, **kwargs)
         result = _make_fit(engine, approx, kernel, config, shared, previous, start)
-        last = every is None or result.stop_reason == "tol" or result.checkpoint.n_iter >= total
+        # the loop's own stop, not the fit's: an engine that polishes after its loop (linear
+        # SVI, S-BSVM: ``inference.vi.fixed_point``) may converge at every checkpoint, and the
+        # segments run the loop an uninterrupted run runs
+        looped = getattr(result.checkpoint, "stop_reason", result.stop_reason)
+        last = every is None or looped == "tol" or result.checkpoint.n_iter >= total
         if last:  # the groups per observation: not in the intermediate checkpoints' saves
             t0 = time.perf_counter()
             _pointwise.attach(result, problem.X, problem.y)

@@ -34,14 +34,14 @@ class InsufficientMemoryError(MemoryError, ValueError):
 
 
 def warn_max_iter(what: str, max_iter: int, tol, *, option: str = "max_iter",
-                  stacklevel: int = 2) -> None:
-    """Warn that ``what`` stopped at its cap of ``max_iter`` iterations before ``tol`` was met."""
+                  stacklevel: int = 2, detail: str | None = None) -> None:
+    """Warn that ``what`` stopped at its cap of ``max_iter`` iterations before ``tol`` was met;
+    ``detail``, when given, says instead how the engine's budget ran out (``"what" detail``)."""
     import warnings
 
     rule = "its stopping rule" if tol is None else f"its stopping rule (tol={tol:g})"
-    warnings.warn(
-        f"{what} stopped at {option}={max_iter} before {rule} was met; "
-        f"the result may not have converged. Raise {option} (or loosen tol) to let it finish.",
-        ConvergenceWarning,
-        stacklevel=stacklevel + 1,
-    )
+    message = (f"{what} stopped at {option}={max_iter} before {rule} was met; "
+               f"the result may not have converged. Raise {option} (or loosen tol) to let it "
+               "finish.")
+    warnings.warn(message if detail is None else f"{what} {detail}", ConvergenceWarning,
+                  stacklevel=stacklevel + 1)

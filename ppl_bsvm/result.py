@@ -323,10 +323,13 @@ class Fit:
             rows.append(("stopped", f"{self.stop_reason} after {self.n_iter} iterations"))
         if self.timings:
             rows.append(("time", ", ".join(f"{k} {v:.3g} s" for k, v in self.timings.items())))
+        final = _final_elbo(self.idata)
         for key in _OBJECTIVES:
             if key in self.trace:
                 last = _last_finite(self.trace[key])
-                if last is not None:
+                if key == "elbo" and final is not None:  # exact, where the trace may estimate
+                    rows.append(("elbo (final)", f"{final:.6g}"))
+                elif last is not None:
                     rows.append((f"{key} (last)", f"{last:.6g}"))
                 break
         if "diverging" in self.trace:
@@ -379,11 +382,41 @@ def _last_finite(values) -> float | None:
     return float(finite.reshape(-1)[-1]) if finite.size else None
 
 
+def _final_elbo(idata) -> float | None:
+    """The exact ELBO at the final approximation, where the engine stores it
+    (``idata.approximation.elbo``): comparable across engines, unlike S-BSVM's trace, which
+    holds per-period estimates."""
+    if "approximation" in idata.children and "elbo" in idata["approximation"]:
+        value = float(idata["approximation"]["elbo"])
+        return value if np.isfinite(value) else None
+    return None
+
+
+def _batch_rows(attrs) -> list[tuple[str, str]]:
+    """``Fit.summary``'s rows on the stochastic engines' batch phase
+    (``ppl_bsvm.inference.vi.fixed_point``, ``sbsvm_batch``): how far ``q`` is from the batch
+    optimum and how much ELBO the hyperparameters may still gain."""
+    rows = []
+    distance = attrs.get("fixed_point_distance")
+    if distance is not None and not np.isfinite(float(distance)):
+        rows.append(("distance to batch optimum",
+                     "not checked (polish=False: the ELBO-change rule alone stopped the steps)"))
+    elif distance is not None:
+        rows.append(("distance to batch optimum",
+                     f"{float(distance):.2g} sds (root mean square over "
+                     f"the training latents; {int(attrs['fixed_point_sweeps'])} sweeps)"))
+    if "hyper_gain" in attrs:
+        rows.append(("ELBO left to hyperparameters",
+                     f"{float(attrs['hyper_gain']):.2g} nats "
+                     f"({int(attrs['hyper_evaluations'])} evaluations)"))
+    return rows
+
+
 def _approximation_rows(idata) -> list[tuple[str, str]]:
     """``Fit.summary``'s rows on a Gaussian approximation's quality: which covariance it uses
     (``linear_response``) and its PSIS diagnostic against the exact posterior
     (``ppl_bsvm.inference.vi.psis``)."""
-    rows = []
+    rows = _batch_rows(idata.attrs)
     status = idata.attrs.get("covariance")
     if status:
         rows.append(("covariance", status))

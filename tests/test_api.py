@@ -151,8 +151,9 @@ def test_summary_is_a_table_with_each_hyperparameter_once(heart):
     lines = text.splitlines()
     assert lines[0] == "Fit(method='vi', model='gp')"
     names = [line[2:].split("  ")[0] for line in lines[1:]]
-    assert names == ["stopped", "time", "elbo (last)", "lengthscale", "variance",
+    assert names == ["stopped", "time", "elbo (final)", "lengthscale", "variance",
                      "jitter (relative)"]
+    assert fit._summary_rows()[2][1] == f"{float(fit.idata['approximation']['elbo']):.6g}"
     assert len({line.index(value) for line, (_, value) in zip(lines[1:], fit._summary_rows())}) == 1
     html = fit._repr_html_()
     assert html.startswith("<table>") and html.count("<tr>") == len(names)

@@ -240,10 +240,11 @@ def gaussian_idata(
 
 
 def beta_idata(problem: Problem, features, draws, mean, cov, *, method: str, stop_reason: str,
-               covariance: str | None = None, **approximation):
+               covariance: str | None = None, attrs: dict | None = None, **approximation):
     """:func:`gaussian_idata` of a Gaussian ``q(beta)`` of the linear model: the draws, its
     mean and covariance, and the engine's other ``approximation`` arrays (``covariance``: the
-    attribute saying which covariance ``beta_cov`` is, where an engine offers a choice)."""
+    attribute saying which covariance ``beta_cov`` is, where an engine offers a choice;
+    ``attrs``, more attributes)."""
     return gaussian_idata(
         {"beta": draws},
         problem=problem,
@@ -251,5 +252,5 @@ def beta_idata(problem: Problem, features, draws, mean, cov, *, method: str, sto
         approximation={"beta_mean": np.asarray(mean), "beta_cov": np.asarray(cov),
                        **{k: np.asarray(v) for k, v in approximation.items()}},
         attrs={"method": method, "model": "linear", "stop_reason": stop_reason,
-               "covariance": covariance},
+               "covariance": covariance, **(attrs or {})},
     )

@@ -14,7 +14,7 @@ from ...engine import Options, optional
 from ..inducing import INDUCING_METHODS
 from . import schedules
 
-__all__ = ["Learn", "HyperRate", "HyperEvery", "Stochastic", "Inducing", "LinearResponse"]
+__all__ = ["Learn", "HyperRate", "HyperEvery", "Stochastic", "Polish", "Inducing", "LinearResponse"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,6 +79,27 @@ class Stochastic(Options):
 
     def _check(self):  # validated, kept as given (module docstring)
         schedules.as_rate(self.learning_rate)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Polish(Options):
+    """The batch phase after the minibatch steps (:mod:`~ppl_bsvm.inference.vi.fixed_point`).
+
+    Parameters
+    ----------
+    polish : bool or None
+        Move ``q`` to the batch fixed point by Anderson-accelerated sweeps over all the data,
+        until its certified distance is at most ``polish_tol`` (None: the engine's default for
+        the data).
+    polish_tol : float
+        Posterior sds: the root mean square over the training points of the estimated distance
+        of their latent means to the fixed point's, in units of their sds.
+    """
+
+    polish: bool | None = None
+    polish_tol: float = 0.05
+
+    _validators = {"polish": optional(boolean), "polish_tol": positive_float}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

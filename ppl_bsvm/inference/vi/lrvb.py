@@ -103,6 +103,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...exceptions import ConvergenceWarning
 from .. import gaussian
+from .fixed_point import ANDERSON_DEPTH, anderson, pack, unpack
 
 __all__ = [
     "RESIDUAL_TOL",
@@ -147,19 +148,6 @@ class Sites(NamedTuple):
     prior_prec: jnp.ndarray
     gamma: jnp.ndarray
     offset: jnp.ndarray
-
-
-def pack(mu, Sigma):
-    """``theta = (mu, vech Sigma)`` (lower triangle by rows)."""
-    rows, cols = np.tril_indices(mu.shape[0])
-    return jnp.concatenate([mu, Sigma[rows, cols]])
-
-
-def unpack(theta, p: int):
-    """Inverse of :func:`pack`: ``(mu, Sigma)``."""
-    rows, cols = np.tril_indices(p)
-    lower = jnp.zeros((p, p), theta.dtype).at[rows, cols].set(theta[p:])
-    return theta[:p], lower + lower.T - jnp.diag(jnp.diag(lower))
 
 
 def sites_map(sites: Sites, theta, t):
@@ -230,24 +218,6 @@ POLISH_TOL = 1e-11
 """Relative change of a sweep (max norms) at which :func:`polish` stops."""
 
 
-ANDERSON_DEPTH = 5
-"""Earlier iterates :func:`polish` combines with ``depth > 0`` (Anderson acceleration)."""
-
-ANDERSON_GROWTH = 10.0
-"""An extrapolated iterate is kept when its residual is at most this many times the last
-accepted one's (and finite); otherwise the next step is a plain sweep from that one."""
-
-
-class _Anderson(NamedTuple):
-    k: jnp.ndarray  # sweeps
-    x: jnp.ndarray  # the last accepted iterate
-    gx: jnp.ndarray  # its image
-    dF: jnp.ndarray  # (depth, P) differences of the residuals g(x) - x of accepted iterates
-    dG: jnp.ndarray  # (depth, P) differences of their images
-    filled: jnp.ndarray  # rows of dF, dG in use (the newest at filled - 1, shifted in)
-    plain: jnp.ndarray  # the next step is a plain sweep (after a rejection)
-
-
 def relative_change(th, new):
     """``|new - th|_inf / |th|_inf``: a sweep's relative change, the fixed point's residual."""
     return jnp.max(jnp.abs(new - th)) / jnp.maximum(jnp.max(jnp.abs(th)), 1e-300)
@@ -257,57 +227,13 @@ def polish(fixed_map, theta, max_iter: int, depth: int = ANDERSON_DEPTH):
     """Iterate ``theta <- fixed_map(theta)`` until ``|change|_inf <= POLISH_TOL |theta|_inf`` or
     ``max_iter`` sweeps (one compiled ``while_loop``): ``(theta, sweeps)``.
 
-    With ``depth > 0`` (the default) the iteration is Anderson-accelerated (Walker and Ni 2011, "Anderson
-    acceleration for fixed-point iterations", SIAM J. Numer. Anal. 49): with ``f = g(x) - x``
-    and the differences ``dF``, ``dG`` of ``f`` and ``g`` over the last ``depth`` accepted
-    iterates, ``x' = g(x) - dG^T c``, ``c = argmin |f - dF^T c|_2`` (``lstsq``). One sweep per
-    step as before; an extrapolated iterate whose image is not finite or whose residual grew
-    more than :data:`ANDERSON_GROWTH`-fold is dropped with the history, and a plain sweep
-    follows. The fixed point is the same; only the number of sweeps changes.
+    With ``depth > 0`` (the default) the iteration is Anderson-accelerated
+    (:func:`~ppl_bsvm.inference.vi.fixed_point.anderson`, Walker and Ni 2011); the fixed point
+    is the same, only the number of sweeps changes.
     """
-    if depth == 0:
-        def cond(carry):
-            k, th, new = carry
-            return jnp.logical_and(k < max_iter, relative_change(th, new) > POLISH_TOL)
-
-        def body(carry):
-            k, _, new = carry
-            return k + 1, new, fixed_map(new)
-
-        sweeps, theta, _ = jax.lax.while_loop(cond, body, (0, theta, fixed_map(theta)))
-        return theta, sweeps
-
-    P = theta.shape[0]
-    empty = jnp.zeros((depth, P), theta.dtype)
-
-    def residual(x, gx):
-        return jnp.max(jnp.abs(gx - x))
-
-    def cond(s: _Anderson):
-        return jnp.logical_and(s.k < max_iter, relative_change(s.x, s.gx) > POLISH_TOL)
-
-    def body(s: _Anderson):
-        f = s.gx - s.x
-        rows = jnp.arange(depth) >= depth - s.filled
-        c = jnp.linalg.lstsq(jnp.where(rows[:, None], s.dF, 0.0).T, f)[0]
-        step = s.gx - jnp.where(rows, c, 0.0) @ s.dG
-        x = jnp.where(s.plain | (s.filled == 0), s.gx, step)
-        gx = fixed_map(x)
-        ok = jnp.logical_and(jnp.all(jnp.isfinite(gx)),
-                             residual(x, gx) <= ANDERSON_GROWTH * residual(s.x, s.gx))
-        ok = ok | s.plain | (s.filled == 0)  # a plain sweep is always taken
-        dF = jnp.concatenate([s.dF[1:], (gx - x - f)[None]])
-        dG = jnp.concatenate([s.dG[1:], (gx - s.gx)[None]])
-        return jax.tree.map(
-            lambda a, b: jnp.where(ok, a, b),
-            _Anderson(s.k + 1, x, gx, dF, dG, jnp.minimum(s.filled + 1, depth),
-                      jnp.zeros((), bool)),
-            _Anderson(s.k + 1, s.x, s.gx, empty, empty, jnp.zeros((), jnp.int32),
-                      jnp.ones((), bool)))
-
-    start = _Anderson(jnp.zeros((), jnp.int32), theta, fixed_map(theta), empty, empty,
-                      jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    out = jax.lax.while_loop(cond, body, start)
+    out = anderson(lambda x: (fixed_map(x), None), theta, max_iter,
+                   lambda x, gx, _: relative_change(x, gx), lambda s: s.res <= POLISH_TOL,
+                   depth=depth)
     return out.x, out.k
 
 

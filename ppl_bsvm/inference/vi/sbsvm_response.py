@@ -41,11 +41,11 @@ import jax.numpy as jnp
 
 from ... import _programs
 from ..._memory import FLOAT
-from ..mvn import cov_factor, gaussian_from_precision
+from ..mvn import cov_factor, gaussian_from_precision, kl_precision
 from . import elbo as elbo_mod
-from . import lrvb
+from . import fixed_point, lrvb
 from ._svi import BatchStatistics, batch_statistics, target_from_statistics
-from .sbsvm_defaults import inducing_count
+from .sbsvm_defaults import default_polish, inducing_count
 from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
 
 __all__ = ["RESPONSE_FLOATS", "POLISH_SWEEPS", "Response", "linear_response", "respond", "response_chunk",
@@ -86,12 +86,34 @@ def response_flops(n: int, m: int, d: int = 1) -> float:
     return min(lrvb.dense_flops(n, m), lrvb.moments_flops(n, m)) + sweeps
 
 
+POLISH_PASSES = 60
+"""Passes over the data the estimate counts for the polish (``sbsvm_batch``): 14-72 sweeps
+measured at a fixed kernel (breast cancer, digits, wdbc, Heart); with learned hyperparameters
+13-22 evaluations of a few sweeps and a gradient (about three passes) each, counted as
+:data:`HYPER_PASSES`."""
+
+HYPER_PASSES = 300
+"""Passes over the data the estimate counts for the polish with learned hyperparameters."""
+
+
+def polish_flops(n: int, m: int, d: int, learn: bool) -> float:
+    """Leading terms of the polish: :data:`POLISH_PASSES` (or :data:`HYPER_PASSES`) passes of
+    ``n (m d + 4 m^2)`` (a sweep's and the certificate's metric ``sum psi psi^T / s``)."""
+    return (HYPER_PASSES if learn else POLISH_PASSES) * float(n) * (m * d + 4 * m * m)
+
+
 def engine_flops(n: int, d: int, options: dict) -> float:
-    """S-BSVM's ``flops`` estimate (``api.register``): :func:`response_flops` with
-    ``linear_response=True``, else 0 (the SVI run's minibatch steps are not counted)."""
-    if not options.get("linear_response"):
-        return 0.0
-    return response_flops(n, inducing_count(n, options), d)
+    """S-BSVM's ``flops`` estimate (``api.register``): the polish where it runs
+    (:func:`polish_flops`) and :func:`response_flops` with ``linear_response=True`` (the SVI
+    run's minibatch steps are not counted)."""
+    m = inducing_count(n, options)
+    polish = options.get("polish")
+    total = 0.0
+    if default_polish(n) if polish is None else polish:
+        total += polish_flops(n, m, d, bool(options.get("learn_hyperparameters")))
+    if options.get("linear_response"):
+        total += response_flops(n, m, d)
+    return total
 
 
 engine_flops.hint = (
@@ -99,7 +121,9 @@ engine_flops.hint = (
     "n m^4 / 18 to n m^4 / 4 over the data and the factorisation of a P x P matrix, "
     "P = m (m + 3) / 2 "
     "for m inducing points (not O(m^3): see ppl_bsvm.inference.vi.sbsvm_response); use fewer "
-    "inducing points (num_inducing; the cost falls as m^4) or leave linear_response off")
+    "inducing points (num_inducing; the cost falls as m^4) or leave linear_response off. "
+    "The polish (polish=True; the default up to 5000 points) costs such sweeps too, a few "
+    "hundred with learn_hyperparameters=True: polish=False leaves it out")
 
 
 def response_bytes(n: int, m: int) -> int:
@@ -150,22 +174,41 @@ def _target(g1, G2, gamma):
     return lrvb.pack(target.eta1, target.prec)
 
 
-def _sweep(kernel, params, Z, chol_Kmm, data, theta):
+def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False):
     """One sweep of the batch iteration (``_svi``'s target over all rows, ``rho = 1``):
-    ``theta = (eta1, vech prec) -> theta'``."""
+    ``theta = (eta1, vech prec) -> theta'``; with ``metric``, ``(theta', (M, elbo))``, ``M =
+    sum_i psi_i psi_i^T / s_i`` the metric of the certificate and ``elbo`` the collapsed ELBO
+    at ``theta``, the safeguard's objective (``fixed_point``)."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     n_chunks, size_ = _chunks(data.X.shape[0], PASS_CHUNK)
 
     def body(i, acc):
-        PsiT, m_f, s_f, yc, _ = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
-                                                data, i, size_)
+        PsiT, m_f, s_f, yc, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
+                                                  data, i, size_)
         st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
-        return acc[0] + st.g1, acc[1] + st.G2
+        if not metric:
+            return acc[0] + st.g1, acc[1] + st.G2, acc[2], acc[3]
+        return (acc[0] + st.g1, acc[1] + st.G2, acc[2] + (PsiT / s_f) @ PsiT.T,
+                acc[3] + jnp.sum(jnp.where(own, st.terms, 0.0)))
 
-    zero = jnp.zeros(m, theta.dtype), jnp.zeros((m, m), theta.dtype)
-    g1, G2 = jax.lax.fori_loop(0, n_chunks, body, zero)
-    return _target(g1, G2, data.gamma)
+    zero = (jnp.zeros(m, theta.dtype), jnp.zeros((m, m), theta.dtype),
+            jnp.zeros((m, m) if metric else (), theta.dtype), jnp.zeros((), theta.dtype))
+    g1, G2, M, terms = jax.lax.fori_loop(0, n_chunks, body, zero)
+    image = _target(g1, G2, data.gamma)
+    return (image, (M, terms - kl_precision(mean, chol_P))) if metric else image
+
+
+@functools.partial(_programs.Program, static_argnames=("kernel",))
+def polish(kernel, params, Z, chol_Kmm, eta1, prec, data, tol, max_sweeps):
+    """S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) moved towards the batch fixed
+    point by ``fixed_point.certify`` until its certified distance is at most ``tol`` posterior
+    sds or ``max_sweeps`` sweeps: ``(eta1, prec, Certificate)``."""
+    sweep = functools.partial(_sweep, kernel, params, Z, chol_Kmm, data, metric=True)
+    theta, cert = fixed_point.certify(sweep, lrvb.pack(eta1, 0.5 * (prec + prec.T)), data.n,
+                                      tol, max_sweeps)
+    eta1, prec = lrvb.unpack(theta, Z.shape[0])
+    return eta1, prec, cert
 
 
 def _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk: int):
@@ -233,7 +276,7 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     chunk = 0 if uses_dense(rows, m) else response_chunk(rows, m)
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec,
                           data._replace(order=None), lrvb.POLISH_ITER, chunk)
-    _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=6)
+    _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9)
     if status != "linear response":
         return mean_field, status, int(res.sweeps)
     prec = res.chol_prec @ res.chol_prec.T

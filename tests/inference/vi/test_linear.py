@@ -71,7 +71,8 @@ def test_full_batch_svi_with_unit_rate_is_coordinate_ascent(heart):
     X, y = heart
     vi = ppl_bsvm.fit(X, y, model="linear", method="vi", max_iter=7, tol=1e-300, num_draws=10)
     svi = ppl_bsvm.fit(X, y, model="linear", method="svi", batch_size=len(y), learning_rate=1.0,
-                       max_iter=7, elbo_every=1, tol=1e-300, num_draws=10)
+                       max_iter=7, elbo_every=1, tol=1e-300, num_draws=10,
+                       polish=False)  # the steps themselves, not the batch phase after them
     np.testing.assert_allclose(svi.trace["elbo_exact"], vi.trace["elbo"], rtol=1e-10)
     for name in ("beta_mean", "beta_cov"):
         np.testing.assert_allclose(svi.idata["approximation"][name].values,
@@ -82,7 +83,7 @@ def test_minibatch_svi_converges_to_vi(heart):
     X, y = heart
     vi = ppl_bsvm.fit(X, y, model="linear", method="vi", max_iter=MAX_ITER)
     svi = ppl_bsvm.fit(X, y, model="linear", method="svi", batch_size=27, max_iter=6000,
-                       tol=1e-300, elbo_every=200, seed=3)
+                       tol=1e-300, elbo_every=200, seed=3, polish=False)  # the iterates
     a, b = vi.idata["approximation"], svi.idata["approximation"]
     sd = np.sqrt(np.diag(a["beta_cov"].values))
     # measured (default Robbins-Monro (t + 1)^-0.6, seeds 1 and 3): max |mean difference|
@@ -131,8 +132,10 @@ def test_fit_contents(heart):
 
 def test_iteration_cap_trace_and_a_schedule_function(heart):
     X, y = heart
-    fit = ppl_bsvm.fit(X, y, model="linear", method="svi", max_iter=250, elbo_every=100,
-                       tol=1e-300, learning_rate=lambda t: 0.5 / (1.0 + t), num_draws=10)
+    with pytest.warns(ppl_bsvm.ConvergenceWarning, match="max_iter=250"):
+        fit = ppl_bsvm.fit(X, y, model="linear", method="svi", max_iter=250, elbo_every=100,
+                           tol=1e-300, learning_rate=lambda t: 0.5 / (1.0 + t), num_draws=10,
+                           polish=False)  # the loop's cap; the polish would finish the job
     assert fit.stop_reason == "max_iter" and fit.n_iter == 250 and not fit.converged
     np.testing.assert_array_equal(fit.trace["elbo_exact_step"], [100, 200])
     assert np.all(np.isfinite(fit.trace["elbo_exact"]))

@@ -240,6 +240,13 @@ def test_cost_and_memory_estimates_count_the_response():
     assert sbsvm_response.uses_dense(1000, 64) and not sbsvm_response.uses_dense(10**4, 64)
     assert sbsvm_response.response_bytes(1000, 64) == 4 * 1000**2 * 8
     assert sbsvm_response.engine_flops(10**5, 18, {"num_inducing": 64}) == 0.0
+    # the polish where it runs (by default up to 5000 points): sweeps of n (m d + 4 m^2)
+    for learn, passes in ((False, sbsvm_response.POLISH_PASSES),
+                          (True, sbsvm_response.HYPER_PASSES)):
+        options = {"num_inducing": 64, "learn_hyperparameters": learn}
+        expected = passes * 5000 * (64 * 18 + 4 * 64**2)
+        assert sbsvm_response.engine_flops(5000, 18, options) == expected
+        assert sbsvm_response.engine_flops(10**5, 18, {**options, "polish": True}) == 20 * expected
     extra = sbsvm._working_memory(10**5, 18, on) - sbsvm._working_memory(10**5, 18,
                                                                           {"num_inducing": 64})
     assert extra == sbsvm_response.response_bytes(10**5, 64) > 3 * 8 * P**2

@@ -19,11 +19,12 @@ Samplers (through ``numpyro.infer.MCMC``; :data:`SAMPLERS`)
     the line moves along learned principal directions (all 21 for the linear model, 10 for
     the GP), then ``lam | z`` and ``z | lam`` in every sweep (``collapse=False``);
     ``gibbs (overrelaxed)``: the same with Adler's overrelaxation of the ``beta`` / ``f``
-    draw, coefficient :data:`OVERRELAX`;
+    draw, coefficient :data:`OVERRELAX`; ``gibbs (half overrelaxed)`` (GP): coefficient -0.5,
+    the GP's default;
     ``gibbs (collapsed)`` (linear model): full sweeps in warmup, then the scale step and the
     line moves along all 21 directions only (``collapse=True``, ``draw_lam=False``). The
     engines' defaults (``fit(..., method="gibbs")``) are the collapsed row for the linear
-    model and the plain row for the GP (column "default", :data:`DEFAULT_ROWS`);
+    model and the half-overrelaxed row for the GP (column "default", :data:`DEFAULT_ROWS`);
     ``gibbs (no line moves)`` and ``gibbs (no line moves, overrelaxed)``: the sampler before
     the line moves (``directions=0``);
     ``gibbs (textbook)``: the two-block sampler of Polson & Scott, no scale step, no line moves;
@@ -69,6 +70,7 @@ from ppl_bsvm import datasets, models
 from ppl_bsvm._runtime import entry_point
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
+from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
 from ppl_bsvm.kernels import RBF
 
 DEFAULT_OUT = Path("reports") / "mcmc_benchmark"
@@ -129,6 +131,7 @@ SAMPLERS = {
     "gibbs (collapsed)": {"overrelax": 0.0, "draw_lam": False},
     "gibbs (plain)": {"overrelax": 0.0, "collapse": False},
     "gibbs (overrelaxed)": {"overrelax": OVERRELAX, "collapse": False},
+    "gibbs (half overrelaxed)": {"overrelax": GP_OVERRELAX, "collapse": False},
     "gibbs (no line moves)": {"directions": 0, "overrelax": 0.0},
     "gibbs (no line moves, overrelaxed)": {"directions": 0, "overrelax": OVERRELAX},
     "gibbs (textbook)": {"directions": 0, "scale_step": False, "overrelax": 0.0},
@@ -142,10 +145,13 @@ LINEAR_ONLY = ("gibbs (collapsed)",)
 """Rows run for the linear model only (the GP's ten directions do not span the space of
 ``f``, so its sweeps never collapse and the row would repeat 'gibbs (plain)')."""
 
-DEFAULT_ROWS = {"linear": "gibbs (collapsed)", "gp": "gibbs (plain)"}
+GP_ONLY = ("gibbs (half overrelaxed)",)
+"""Rows run for the GP model only (its default overrelaxation)."""
+
+DEFAULT_ROWS = {"linear": "gibbs (collapsed)", "gp": "gibbs (half overrelaxed)"}
 """The row that is what ``fit(..., method="gibbs")`` runs without options: collapsed sweeps
-without ``lam`` (``store_lam=False``) for the linear model, the plain full sweep
-(:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) for the GP."""
+without ``lam`` (``store_lam=False``) for the linear model, the full sweep with the GP's
+overrelaxation (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) for the GP."""
 
 
 def is_default(sampler_name: str, model) -> bool:
@@ -332,7 +338,7 @@ def write_report(rows, env: dict, out: Path) -> None:
     for problem in dict.fromkeys(r["model"] for r in rows):
         by = {r["sampler"]: r for r in rows if r["model"] == problem}
         for name in ("gibbs (collapsed)", "gibbs (plain)", "gibbs (overrelaxed)",
-                     "gibbs (no line moves, overrelaxed)"):
+                     "gibbs (half overrelaxed)", "gibbs (no line moves, overrelaxed)"):
             if name not in by or "nuts" not in by:
                 continue
             g, nu = by[name], by["nuts"]
@@ -424,6 +430,8 @@ def _run(args) -> None:
     for problem in problems:
         for sampler in SAMPLERS:
             if sampler in LINEAR_ONLY and problem[3] is not models.linear_bsvm:
+                continue
+            if sampler in GP_ONLY and problem[3] is models.linear_bsvm:
                 continue
             chain_method = args.chain_method or ("sequential" if sampler == "nuts" else "vectorized")
             row = run_one(problem, sampler, warmup=args.warmup, draws=args.draws,

@@ -39,9 +39,9 @@ form of the plain draw comes without a triangular solve; on the Banana benchmark
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
 second against NUTS's, ESS the smaller of the bulk and tail ESS (``reports/mcmc_benchmark``,
-2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (plain Gibbs by
-default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.1x at ``n = 300``, 18x
-at ``n = 1000``. The sampler's value is as an
+2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (half overrelaxed by
+default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.2x at ``n = 300``,
+18x at ``n = 1000``. The sampler's value is as an
 independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """
@@ -311,11 +311,11 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         Relative jitter of ``K``; the predictions use the same ``K``.
     scale_step : bool, default=True
         Exact draw of the scale of ``f`` at the start of each sweep.
-    overrelax : float in (-1, 1), default=0.0
-        Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. -0.9
-        lifts the benchmark's smallest bulk ESS per draw (0.51 to 0.77 at n = 300) but mixes
-        the spread of ``f`` slowly (tail ESS and ESS of sds 2-5x lower on real data sets,
-        :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`).
+    overrelax : float in (-1, 1), default=-0.5
+        Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. Strong
+        overrelaxation (-0.9) mixes the means fastest but the spread of ``f`` slowly where the
+        kernel couples the points weakly, plain Gibbs the reverse; -0.5 has the best worst
+        case (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`).
     collapse : bool, default=True
         Ignored unless ``directions="all"`` (``BSVMGibbs``): ten directions do not span the
         space of ``f``, and the sweeps stay full.

@@ -497,10 +497,10 @@ def curve_fits(curve):
     X, y, kern = curve
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
     return _LazyFits({
-        # the default is plain Gibbs (GP_OVERRELAX); the overrelaxed sampler beside it
+        # the default overrelaxes by half (GP_OVERRELAX); plain Gibbs beside it
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
-        "gibbs_overrelaxed": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=-0.9,
-                                                  seed=7, **common),
+        "gibbs_plain": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=0.0, seed=7,
+                                            **common),
         "gibbs_cg": lambda: _fit_by_cg(X, y, seed=8, **common),
         "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=5, **common),
     })
@@ -521,7 +521,7 @@ def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_overrelaxed", "gibbs_cg"])
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_plain", "gibbs_cg"])
 def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
     g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)
@@ -673,12 +673,12 @@ def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
     assert np.all(np.isfinite(seq.get_extra_fields()["lp"]))
 
 
-def test_neither_sampler_overrelaxes_by_default(curve, plane):
-    """The kernel and the engine resolve the same defaults (plain Gibbs: overrelaxation slows
-    the mixing of the spread, GP_OVERRELAX), and an explicit value wins."""
+def test_the_gp_sampler_overrelaxes_by_half_by_default_the_linear_one_does_not(curve, plane):
+    """The kernel and the engine resolve the same defaults (GP_OVERRELAX says why -0.5), and
+    an explicit value wins."""
     from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
 
-    assert GP_OVERRELAX == 0.0
+    assert GP_OVERRELAX == -0.5
     assert BSVMGibbs(models.gp_bsvm)._overrelax == GP_OVERRELAX
     assert BSVMGibbs(models.linear_bsvm)._overrelax == 0.0
     assert BSVMGibbs(models.gp_bsvm, overrelax=-0.9)._overrelax == -0.9
@@ -830,10 +830,10 @@ def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
         assert np.all(ess > 0) and np.all(ess <= chains * draws * np.log10(chains * draws))
 
 
-@pytest.mark.parametrize("name", ["gibbs_overrelaxed", "gibbs"])
+@pytest.mark.parametrize("name", ["gibbs", "gibbs_plain"])
 def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(curve_fits, name):
-    """idata.attrs' R-hat, bulk and tail ESS of the overrelaxed (antithetic) and the plain GP
-    Gibbs sampler equal ArviZ's on f; the augmentation variables are left out of them."""
+    """idata.attrs' R-hat, bulk and tail ESS of the overrelaxed (antithetic: the default) and
+    the plain GP Gibbs sampler equal ArviZ's on f; the augmentation variables are left out."""
     import arviz as az
 
     from ppl_bsvm.inference.mcmc._common import convergence_summary
@@ -846,7 +846,7 @@ def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(cu
     assert fit.idata.attrs["ess_tail_min"] == pytest.approx(float(tail.min()), rel=1e-8)
     assert fit.idata.attrs["rhat_max"] == pytest.approx(float(np.asarray(az.rhat(f)).max()),
                                                         rel=1e-8)
-    if name == "gibbs_overrelaxed":
+    if name == "gibbs":
         assert ess_all.max() > f.shape[0] * f.shape[1]  # antithetic: more than the draws
     stuck = np.repeat(np.arange(4.0)[:, None, None], f.shape[1], axis=1)  # 4 stuck chains
     summary = convergence_summary({"f": f, "lam": stuck + 1e-3 * np.abs(f[..., :1])})

@@ -15,6 +15,9 @@ os.environ.setdefault(
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# the suite's wall time and slowest tests at the end of every run; a profile on request
+pytest_plugins = ["tests._profile"]
+
 
 @pytest.fixture
 def rng():

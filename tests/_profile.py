@@ -1,0 +1,137 @@
+"""Where the suite's time goes: a pytest plugin (loaded by ``conftest.py``).
+
+Always: a summary line at the end of the run with its wall time and the five slowest tests
+(setup, call and teardown together), the number the project watches (``tests/README.md``).
+
+With ``PPL_BSVM_TEST_PROFILE=<folder>``: every test's wall time, the seconds JAX spent tracing,
+lowering and compiling in it (``jax.monitoring`` duration events, summed per test) and the
+names of the programs XLA compiled (JAX's ``jax_log_compiles`` log lines) go to
+``<folder>/<worker>.jsonl``, one line per test; ``python -m tests.profile_report <folder>``
+summarises them by module and by program.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+PROFILE_ENV = "PPL_BSVM_TEST_PROFILE"
+"""The environment variable naming the profile's folder."""
+
+COMPILE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
+"""``jax.monitoring`` duration events and the column each is summed in."""
+
+_COMPILED = re.compile(r"Finished XLA compilation of (.+?) in ")
+
+SLOWEST = 5
+"""Tests named in the summary line."""
+
+
+class _Recorder(logging.Handler):
+    """Collects the names of the programs XLA compiles (``jax_log_compiles`` messages)."""
+
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.names: list[str] = []
+
+    def emit(self, record):
+        match = _COMPILED.search(record.getMessage())
+        if match:
+            self.names.append(match.group(1))
+
+
+class Profile:
+    """Per-test wall time, compile seconds and compiled programs, written as JSON lines."""
+
+    def __init__(self, folder: Path, worker: str):
+        import jax
+        import jax.monitoring
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.out = open(folder / f"{worker}.jsonl", "a")
+        self.seconds = dict.fromkeys(COMPILE_EVENTS.values(), 0.0)
+        self.recorder = _Recorder()
+        jax.config.update("jax_log_compiles", True)
+        for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax"):
+            logging.getLogger(name).addHandler(self.recorder)
+
+        def listen(event, duration, **_):
+            column = COMPILE_EVENTS.get(event)
+            if column is not None:
+                self.seconds[column] += duration
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+
+    def start(self):
+        """Mark the start of a test: the accumulators now and the clock."""
+        self.recorder.names = []
+        return dict(self.seconds), time.perf_counter()
+
+    def finish(self, item, token) -> None:
+        """Write the test's line: the differences since :meth:`start`."""
+        before, start = token
+        line = {"test": item.nodeid, "wall": time.perf_counter() - start,
+                **{k: self.seconds[k] - before[k] for k in self.seconds},
+                "programs": self.recorder.names}
+        self.out.write(json.dumps(line) + "\n")
+        self.out.flush()
+
+
+_PROFILE: list[Profile | None] = [None]
+
+
+def pytest_configure(config):
+    folder = os.environ.get(PROFILE_ENV)
+    if folder:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        _PROFILE[0] = Profile(Path(folder), worker)
+    config._ppl_bsvm_started = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    profile = _PROFILE[0]
+    if profile is None:
+        yield
+        return
+    token = profile.start()
+    yield
+    profile.finish(item, token)
+
+
+def slowest(reports, count: int = SLOWEST) -> list[tuple[str, float]]:
+    """``(nodeid, seconds)`` of the ``count`` tests whose setup, call and teardown took the
+    longest together, from pytest's reports."""
+    total: dict[str, float] = {}
+    for report in reports:
+        total[report.nodeid] = total.get(report.nodeid, 0.0) + float(report.duration)
+    return sorted(total.items(), key=lambda kv: -kv[1])[:count]
+
+
+def format_minutes(seconds: float) -> str:
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    started = getattr(config, "_ppl_bsvm_started", None)
+    if started is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    reports = [r for key in ("passed", "failed", "error", "skipped")
+               for r in terminalreporter.stats.get(key, []) if hasattr(r, "duration")]
+    if not reports:
+        return
+    names = ", ".join(f"{nodeid} ({seconds:.0f} s)" for nodeid, seconds in slowest(reports))
+    terminalreporter.write_line(
+        f"ppl_bsvm test suite: {format_minutes(time.time() - started)} wall; the {SLOWEST} "
+        f"slowest tests: {names}", bold=True)

@@ -1,0 +1,92 @@
+"""Summarise a profile of the test suite (``tests/_profile.py``): by module and by program.
+
+    PPL_BSVM_TEST_PROFILE=/tmp/profile make test
+    python -m tests.profile_report /tmp/profile [--top 25]
+
+Prints Markdown tables: per test module its tests, wall seconds (summed over workers), the
+seconds of tracing, lowering and XLA compilation in them, and the programs compiled; per
+program name (JAX's, shapes left out) how often it was compiled, in how many modules, and its
+compile seconds are not attributable (JAX times programs, not names), so the count is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+from pathlib import Path
+
+
+def load(folder: Path) -> list[dict]:
+    rows = []
+    for path in sorted(folder.glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def program_name(entry: str) -> str:
+    """``jit(segment)`` from JAX's ``jit(segment) with global shapes ...`` (shapes dropped)."""
+    return re.split(r" with | for ", entry)[0].strip()
+
+
+def by_module(rows: list[dict]) -> list[dict]:
+    out = collections.defaultdict(lambda: {"tests": 0, "wall": 0.0, "trace": 0.0, "lower": 0.0,
+                                           "compile": 0.0, "programs": 0})
+    for row in rows:
+        m = out[module_of(row["test"])]
+        m["tests"] += 1
+        for key in ("wall", "trace", "lower", "compile"):
+            m[key] += row.get(key, 0.0)
+        m["programs"] += len(row.get("programs", []))
+    return sorted(({"module": k, **v} for k, v in out.items()), key=lambda r: -r["wall"])
+
+
+def by_program(rows: list[dict]) -> list[dict]:
+    count = collections.Counter()
+    modules = collections.defaultdict(set)
+    for row in rows:
+        for entry in row.get("programs", []):
+            name = program_name(entry)
+            count[name] += 1
+            modules[name].add(module_of(row["test"]))
+    return [{"program": name, "compiles": n, "modules": len(modules[name])}
+            for name, n in count.most_common()]
+
+
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    def cell(v):
+        return f"{v:.0f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    rows = load(args.folder)
+    if not rows:
+        parser.error(f"no profile lines in {args.folder}")
+    modules = by_module(rows)
+    total = {k: sum(m[k] for m in modules) for k in ("wall", "trace", "lower", "compile")}
+    print(f"{len(rows)} tests, {total['wall']:.0f} s of test time over the workers; tracing "
+          f"{total['trace']:.0f} s, lowering {total['lower']:.0f} s, XLA compilation "
+          f"{total['compile']:.0f} s")
+    print()
+    print(markdown(modules[:args.top], ["module", "tests", "wall", "trace", "lower", "compile",
+                                         "programs"]))
+    print()
+    print(markdown(by_program(rows)[:args.top], ["program", "compiles", "modules"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

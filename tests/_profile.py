@@ -31,23 +31,24 @@ COMPILE_EVENTS = {
 }
 """``jax.monitoring`` duration events and the column each is summed in."""
 
-_COMPILED = re.compile(r"Finished XLA compilation of (.+?) in ")
+_COMPILED = re.compile(r"Finished XLA compilation of (.+?) in ([0-9.]+) sec")
 
 SLOWEST = 5
 """Tests named in the summary line."""
 
 
 class _Recorder(logging.Handler):
-    """Collects the names of the programs XLA compiles (``jax_log_compiles`` messages)."""
+    """Collects ``[name, seconds]`` of the programs XLA compiles, or loads from the persistent
+    cache (``jax_log_compiles`` messages)."""
 
     def __init__(self):
         super().__init__(level=logging.DEBUG)
-        self.names: list[str] = []
+        self.names: list[list] = []
 
     def emit(self, record):
         match = _COMPILED.search(record.getMessage())
         if match:
-            self.names.append(match.group(1))
+            self.names.append([match.group(1), float(match.group(2))])
 
 
 class Profile:

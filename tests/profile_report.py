@@ -4,9 +4,10 @@
     python -m tests.profile_report /tmp/profile [--top 25]
 
 Prints Markdown tables: per test module its tests, wall seconds (summed over workers), the
-seconds of tracing, lowering and XLA compilation in them, and the programs compiled; per
-program name (JAX's, shapes left out) how often it was compiled, in how many modules, and its
-compile seconds are not attributable (JAX times programs, not names), so the count is given.
+seconds of tracing, lowering and XLA compilation in them, and the programs compiled (or
+loaded from the persistent cache); per program name (JAX's, shapes left out) how often it was
+compiled, with how many distinct signatures (JAX's full name), the seconds it took and in how
+many modules.
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ def by_module(rows: list[dict]) -> list[dict]:
 
 
 def by_program(rows: list[dict]) -> list[dict]:
-    count = collections.Counter()
-    modules = collections.defaultdict(set)
+    count, seconds = collections.Counter(), collections.Counter()
+    modules, variants = collections.defaultdict(set), collections.defaultdict(set)
     for row in rows:
-        for entry in row.get("programs", []):
+        for entry, secs in row.get("programs", []):
             name = program_name(entry)
             count[name] += 1
+            seconds[name] += secs
             modules[name].add(module_of(row["test"]))
-    return [{"program": name, "compiles": n, "modules": len(modules[name])}
-            for name, n in count.most_common()]
+            variants[name].add(entry)
+    return [{"program": name, "compiles": count[name], "variants": len(variants[name]),
+             "seconds": secs, "modules": len(modules[name])}
+            for name, secs in seconds.most_common()]
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -84,7 +88,8 @@ def main(argv=None) -> int:
     print(markdown(modules[:args.top], ["module", "tests", "wall", "trace", "lower", "compile",
                                          "programs"]))
     print()
-    print(markdown(by_program(rows)[:args.top], ["program", "compiles", "modules"]))
+    print(markdown(by_program(rows)[:args.top], ["program", "compiles", "variants", "seconds",
+                                                   "modules"]))
     return 0
 
 

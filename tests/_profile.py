@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -31,24 +32,51 @@ COMPILE_EVENTS = {
 }
 """``jax.monitoring`` duration events and the column each is summed in."""
 
+_COMPILING = re.compile(r"Compiling (.+?) with global shapes and types (.*?)\. Argument mapping")
 _COMPILED = re.compile(r"Finished XLA compilation of (.+?) in ([0-9.]+) sec")
+_PACKAGE_DIR = os.sep + "ppl_bsvm" + os.sep
+_TESTS_DIR = os.sep + "tests" + os.sep
+_PLUMBING = ("_programs.py", "_runtime.py")
+"""Library modules that only pass programs on: the site is their caller."""
+
+
+def call_site(frame) -> str:
+    """``path:line`` of the innermost frame in ppl_bsvm (its plumbing left out), else in the
+    tests, else ``"other"``: where the program was asked for."""
+    test_site = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _PACKAGE_DIR in name and not name.endswith(_PLUMBING) and "/tests/" not in name:
+            return f"ppl_bsvm/{name.rsplit(_PACKAGE_DIR, 1)[1]}:{frame.f_lineno}"
+        if test_site is None and _TESTS_DIR in name and not name.endswith("_profile.py"):
+            test_site = f"tests/{name.rsplit(_TESTS_DIR, 1)[1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return test_site or "other"
 
 SLOWEST = 5
 """Tests named in the summary line."""
 
 
 class _Recorder(logging.Handler):
-    """Collects ``[name, seconds]`` of the programs XLA compiles, or loads from the persistent
-    cache (``jax_log_compiles`` messages)."""
+    """Collects ``[name, seconds, signature, site]`` of the programs XLA compiles
+    (``jax_log_compiles`` messages: "Compiling ... with global shapes and types", then
+    "Finished XLA compilation"; a program found in the persistent cache is not compiled)."""
 
     def __init__(self):
         super().__init__(level=logging.DEBUG)
         self.names: list[list] = []
+        self._pending = ("", "")
 
     def emit(self, record):
-        match = _COMPILED.search(record.getMessage())
+        message = record.getMessage()
+        match = _COMPILING.search(message)
         if match:
-            self.names.append([match.group(1), float(match.group(2))])
+            self._pending = (match.group(2), call_site(sys._getframe()))
+            return
+        match = _COMPILED.search(message)
+        if match:
+            self.names.append([match.group(1), float(match.group(2)), *self._pending])
+            self._pending = ("", "")
 
 
 class Profile:
@@ -63,8 +91,9 @@ class Profile:
         self.seconds = dict.fromkeys(COMPILE_EVENTS.values(), 0.0)
         self.recorder = _Recorder()
         jax.config.update("jax_log_compiles", True)
-        for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax"):
-            logging.getLogger(name).addHandler(self.recorder)
+        # JAX's loggers (jax._src.dispatch, jax._src.interpreters.pxla) propagate to "jax":
+        # one handler there sees each message once
+        logging.getLogger("jax").addHandler(self.recorder)
 
         def listen(event, duration, **_):
             column = COMPILE_EVENTS.get(event)

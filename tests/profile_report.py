@@ -47,19 +47,40 @@ def by_module(rows: list[dict]) -> list[dict]:
     return sorted(({"module": k, **v} for k, v in out.items()), key=lambda r: -r["wall"])
 
 
+def compiled(row: dict) -> list[tuple[str, float, str, str]]:
+    """``(name, seconds, signature, site)`` of each program compiled in a test."""
+    return [(e[0], e[1], e[2] if len(e) > 2 else "", e[3] if len(e) > 3 else "")
+            for e in row.get("programs", [])]
+
+
 def by_program(rows: list[dict]) -> list[dict]:
     count, seconds = collections.Counter(), collections.Counter()
     modules, variants = collections.defaultdict(set), collections.defaultdict(set)
     for row in rows:
-        for entry, secs in row.get("programs", []):
+        for entry, secs, signature, _ in compiled(row):
             name = program_name(entry)
             count[name] += 1
             seconds[name] += secs
             modules[name].add(module_of(row["test"]))
-            variants[name].add(entry)
+            variants[name].add(signature)
     return [{"program": name, "compiles": count[name], "variants": len(variants[name]),
              "seconds": secs, "modules": len(modules[name])}
             for name, secs in seconds.most_common()]
+
+
+def by_site(rows: list[dict]) -> list[dict]:
+    """Compile seconds per call site (the line of ppl_bsvm, else of the tests, that asked for
+    the programs): where sharing or jitting would save the most."""
+    count, seconds = collections.Counter(), collections.Counter()
+    names = collections.defaultdict(collections.Counter)
+    for row in rows:
+        for entry, secs, _, site in compiled(row):
+            count[site] += 1
+            seconds[site] += secs
+            names[site][program_name(entry)] += 1
+    return [{"site": site or "?", "compiles": count[site], "seconds": secs,
+             "programs": ", ".join(f"{n} x{c}" for n, c in names[site].most_common(3))}
+            for site, secs in seconds.most_common()]
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -90,6 +111,8 @@ def main(argv=None) -> int:
     print()
     print(markdown(by_program(rows)[:args.top], ["program", "compiles", "variants", "seconds",
                                                    "modules"]))
+    print()
+    print(markdown(by_site(rows)[:args.top], ["site", "compiles", "seconds", "programs"]))
     return 0
 
 

@@ -30,7 +30,9 @@ of their contents, checked before use; a damaged file, or any failure to export 
 falls back to ``jax.jit`` and never reaches the user. The directory is
 ``<compilation cache>/programs``, on only while JAX's persistent cache is
 (``PPL_BSVM_CACHE_DIR=off`` turns both off), and keeps at most :data:`MAX_BYTES`, least
-recently used first out.
+recently used first out, pruned with the compilation cache
+(:func:`ppl_bsvm._runtime.prune_compilation_cache`: one scan at a process's exit, at most
+hourly, rather than one at every write).
 """
 
 from __future__ import annotations
@@ -239,25 +241,6 @@ def _write(directory: Path, path: Path, classes: list[str], serialized: bytes) -
     except BaseException:
         _remove(Path(tmp))
         raise
-    _evict(directory)
-
-
-def _evict(directory: Path, max_bytes: int | None = None) -> None:
-    """Remove the least recently used programs beyond ``max_bytes``."""
-    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-    entries = []
-    for path in directory.iterdir():
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        entries.append((st.st_mtime, st.st_size, path))
-    total = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries, key=lambda e: e[0]):
-        if total <= max_bytes:
-            break
-        _remove(path)
-        total -= size
 
 
 def _remove(path: Path) -> None:

@@ -41,17 +41,22 @@ _PLUMBING = ("_programs.py", "_runtime.py")
 
 
 def call_site(frame) -> str:
-    """``path:line`` of the innermost frame in ppl_bsvm (its plumbing left out), else in the
-    tests, else ``"other"``: where the program was asked for."""
-    test_site = None
+    """Where the program was asked for: ``path:line`` of the innermost frame in ppl_bsvm (its
+    plumbing left out), followed by `` < `` and the outermost ppl_bsvm frame when they differ
+    (the entry point the test called); else the innermost frame of the tests; else "other"."""
+    inner = outer = test_site = None
     while frame is not None:
         name = frame.f_code.co_filename
-        if _PACKAGE_DIR in name and not name.endswith(_PLUMBING) and "/tests/" not in name:
-            return f"ppl_bsvm/{name.rsplit(_PACKAGE_DIR, 1)[1]}:{frame.f_lineno}"
-        if test_site is None and _TESTS_DIR in name and not name.endswith("_profile.py"):
+        if _PACKAGE_DIR in name and not name.endswith(_PLUMBING) and _TESTS_DIR not in name:
+            outer = f"ppl_bsvm/{name.rsplit(_PACKAGE_DIR, 1)[1]}:{frame.f_lineno}"
+            inner = inner or outer
+        elif test_site is None and _TESTS_DIR in name and not name.endswith("_profile.py"):
             test_site = f"tests/{name.rsplit(_TESTS_DIR, 1)[1]}:{frame.f_lineno}"
         frame = frame.f_back
-    return test_site or "other"
+    if inner is None:
+        return test_site or "other"
+    return inner if outer == inner else f"{inner} < {outer}"
+
 
 SLOWEST = 5
 """Tests named in the summary line."""

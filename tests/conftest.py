@@ -6,8 +6,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 # The tests run what users run: the library sets its own thread counts (ppl_bsvm._runtime) and
 # keeps compiled programs in JAX's persistent cache. The cache goes to the repository's
-# .pytest_cache rather than the user's cache directory; it evicts with file locks, so the
-# pytest-xdist workers share it.
+# .pytest_cache rather than the user's cache directory; the pytest-xdist workers share it (a
+# program one compiles, the other loads).
 os.environ.setdefault(
     "PPL_BSVM_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax")
 )

@@ -75,12 +75,25 @@ def by_site(rows: list[dict]) -> list[dict]:
     names = collections.defaultdict(collections.Counter)
     for row in rows:
         for entry, secs, _, site in compiled(row):
+            site = site.split(" < ")[0]
             count[site] += 1
             seconds[site] += secs
             names[site][program_name(entry)] += 1
     return [{"site": site or "?", "compiles": count[site], "seconds": secs,
              "programs": ", ".join(f"{n} x{c}" for n, c in names[site].most_common(3))}
             for site, secs in seconds.most_common()]
+
+
+def by_entry(rows: list[dict]) -> list[dict]:
+    """Compile seconds per entry point: the outermost ppl_bsvm line on the stack (a public
+    function the test called), else the test's own line."""
+    count, seconds = collections.Counter(), collections.Counter()
+    for row in rows:
+        for _, secs, _, site in compiled(row):
+            entry = site.split(" < ")[-1].rsplit(":", 1)[0] if site else "?"
+            count[entry] += 1
+            seconds[entry] += secs
+    return [{"entry": e, "compiles": count[e], "seconds": s} for e, s in seconds.most_common()]
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -111,6 +124,8 @@ def main(argv=None) -> int:
     print()
     print(markdown(by_program(rows)[:args.top], ["program", "compiles", "variants", "seconds",
                                                    "modules"]))
+    print()
+    print(markdown(by_entry(rows)[:args.top], ["entry", "compiles", "seconds"]))
     print()
     print(markdown(by_site(rows)[:args.top], ["site", "compiles", "seconds", "programs"]))
     return 0

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ppl_bsvm import _programs
+from ppl_bsvm import _programs, _runtime
 from ppl_bsvm.inference.vi import schedules
 
 # A fit of each kind whose programs are stored: the shared optimisation loop (linear VI) and
@@ -138,5 +138,5 @@ def test_the_directory_is_bounded_least_recently_used_first(tmp_path):
         path = tmp_path / f"{i}.program"
         path.write_bytes(b"x" * 100)
         os.utime(path, (1000 + i, 1000 + i))
-    _programs._evict(tmp_path, max_bytes=250)
+    _runtime.prune_directory(tmp_path, ".program", max_bytes=250)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["3.program", "4.program"]

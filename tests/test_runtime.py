@@ -87,7 +87,12 @@ print(json.dumps([jax.config.jax_compilation_cache_dir, jax.config.jax_compilati
 def test_compilation_cache_directory_settings(tmp_path):
     path = str(tmp_path / "cache")
     where, size = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=path)
-    assert where == path and size == _runtime.CACHE_MAX_BYTES and os.path.isdir(path)
+    # JAX's own bound stays off (it scans the directory at every write); ppl_bsvm prunes at
+    # the process's exit instead, and stamps the directory
+    assert where == path and size == -1 and os.path.isdir(path)
+    assert os.path.exists(os.path.join(path, ".ppl_bsvm-pruned"))
+    bound = "jax.config.update('jax_compilation_cache_max_size', 12345)"  # the user's, kept
+    assert _python(_CACHE_PROBE.format(before=bound), PPL_BSVM_CACHE_DIR=path)[1] == 12345
     assert _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="off")[0] is None
     mine = str(tmp_path / "mine")  # a directory the user configured in JAX is left alone
     before = f"jax.config.update('jax_compilation_cache_dir', {mine!r})"
@@ -102,6 +107,33 @@ def test_compilation_cache_directory_settings(tmp_path):
                          timeout=600)
     assert json.loads(out.stdout.strip().splitlines()[-1])[0] == os.path.join(home, "ppl_bsvm",
                                                                               "jax")
+
+
+def test_the_cache_is_pruned_least_recently_used_first_and_at_most_hourly(tmp_path, monkeypatch):
+    from ppl_bsvm import _programs
+
+    cache = tmp_path / "cache"
+    (cache / "programs").mkdir(parents=True)
+    for i in range(5):  # JAX's entries (with the -atime files of its own eviction)
+        for suffix in ("-cache", "-atime"):
+            path = cache / f"k{i}{suffix}"
+            path.write_bytes(b"x" * (100 if suffix == "-cache" else 8))
+            os.utime(path, (1000 + i, 1000 + i))
+    for i in range(3):
+        path = cache / "programs" / f"p{i}.program"
+        path.write_bytes(b"y" * 100)
+        os.utime(path, (2000 + i, 2000 + i))
+    monkeypatch.setattr(_runtime, "CACHE_MAX_BYTES", 300)
+    monkeypatch.setattr(_programs, "MAX_BYTES", 150)
+    assert _runtime._prune_due(cache)
+    # 500 bytes of programs over a bound of 300: down to 90 %, the oldest first
+    assert _runtime.prune_compilation_cache(cache) == 3 + 2
+    assert sorted(p.name for p in cache.iterdir() if p.is_file()) == [
+        ".ppl_bsvm-pruned", "k3-atime", "k3-cache", "k4-atime", "k4-cache"]
+    assert [p.name for p in (cache / "programs").iterdir()] == ["p2.program"]
+    assert not _runtime._prune_due(cache)  # stamped: not again within the hour
+    assert _runtime.prune_compilation_cache(cache) == 0  # under the bound: nothing to do
+    assert _runtime.prune_compilation_cache(tmp_path / "absent") == 0
 
 
 _SECOND_PROCESS = """

@@ -40,13 +40,28 @@ def toy2d():
     return X, y
 
 
-def pytest_collection_modifyitems(config, items):
-    """Start the longest tests (the notebooks, a minute or more each) first.
+LONGEST_FIRST = (
+    "tests/test_readme.py::test_readme_python_blocks_run_in_order",
+    "tests/test_notebooks.py::test_notebook_executes",
+    "tests/test_programs.py::test_a_new_process_loads",
+    "tests/inference/vi/test_sbsvm_scale.py::test_two_processes",
+    "tests/inference/vi/test_sbsvm_scale.py::test_data_parallel",
+)
+"""Tests of 15 s to 2 minutes each (new processes that compile from scratch): started first,
+in this order."""
 
-    pytest-xdist hands tests out in collection order; left for last, the notebooks kept one
+
+def pytest_collection_modifyitems(config, items):
+    """Start the longest tests first.
+
+    pytest-xdist hands tests out in collection order; left for last, a notebook kept one
     worker busy for minutes after the other had finished.
     """
-    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_notebooks.py") else 1)
+    def rank(item):
+        starts = [i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)]
+        return starts[0] if starts else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
 
 
 _tests_started = [0]

@@ -154,9 +154,40 @@ def test_sample_scale_matches_its_density(case):
 
 # --- the line moves -------------------------------------------------------------------------
 
+def _hinge_sum(t, c, d):
+    """``sum_i max(0, c_i - t d_i)`` at every ``t``, exactly, from the sorted kinks
+    ``c_i / d_i`` and suffix (``d_i > 0``) or prefix (``d_i < 0``) sums of ``c`` and ``d``:
+    a piecewise linear function evaluated without the (len(t), len(c)) array."""
+    out = np.full(t.shape, np.maximum(0.0, c[d == 0]).sum())
+    for positive in (True, False):
+        sel = d > 0 if positive else d < 0
+        if not sel.any():
+            continue
+        kinks = c[sel] / d[sel]
+        order = np.argsort(kinks)
+        kinks, cs, ds = kinks[order], c[sel][order], d[sel][order]
+        if positive:  # the term is positive for t < kink: sum over the kinks above t
+            C = np.concatenate([np.cumsum(cs[::-1])[::-1], [0.0]])
+            D = np.concatenate([np.cumsum(ds[::-1])[::-1], [0.0]])
+            j = np.searchsorted(kinks, t, side="right")
+        else:  # positive for t > kink: sum over the kinks below t
+            C = np.concatenate([[0.0], np.cumsum(cs)])
+            D = np.concatenate([[0.0], np.cumsum(ds)])
+            j = np.searchsorted(kinks, t, side="left")
+        out += C[j] - t * D[j]
+    return out
+
+
+def test_hinge_sum_is_the_sum_of_the_hinges():
+    r = np.random.default_rng(5)
+    c, d = r.normal(size=9), np.concatenate([r.normal(size=8), [0.0]])
+    t = np.concatenate([np.linspace(-30.0, 30.0, 1001), c[:8] / d[:8]])
+    direct = np.maximum(0.0, c[None, :] - t[:, None] * d[None, :]).sum(1)
+    np.testing.assert_allclose(_hinge_sum(t, c, d), direct, rtol=1e-12, atol=1e-12)
+
+
 def _line_log_density(t, margins, dm, a, b, gamma):
-    q = (1.0 - margins)[None, :] - t[:, None] * dm[None, :]
-    return -0.5 * a * t**2 - b * t - 2 * gamma * np.maximum(0.0, q).sum(1)
+    return -0.5 * a * t**2 - b * t - 2 * gamma * _hinge_sum(t, 1.0 - margins, dm)
 
 
 def _line_cdf(margins, dm, a, b, gamma):

@@ -186,6 +186,11 @@ def test_hinge_sum_is_the_sum_of_the_hinges():
     np.testing.assert_allclose(_hinge_sum(t, c, d), direct, rtol=1e-12, atol=1e-12)
 
 
+_sample_lines = jax.jit(jax.vmap(sample_line, in_axes=(0,) + (None,) * 7))
+"""Draws for many keys; the line's parameters are arguments, not constants of the program, so
+that the cases of equal sizes share one compiled program."""
+
+
 def _line_log_density(t, margins, dm, a, b, gamma):
     return -0.5 * a * t**2 - b * t - 2 * gamma * _hinge_sum(t, 1.0 - margins, dm)
 
@@ -226,9 +231,8 @@ def test_sample_line_matches_its_density(case):
         center = 9.0
     elif case == "start_too_fine":
         width = 1e-4
-    fn = jax.jit(jax.vmap(lambda k: sample_line(
-        k, jnp.asarray(margins), jnp.asarray(dm), a, b, gamma, center, width)))
-    t, trials, _ = (np.asarray(v) for v in fn(_keys(32, 4000)))
+    t, trials, _ = (np.asarray(v) for v in _sample_lines(
+        _keys(32, 4000), jnp.asarray(margins), jnp.asarray(dm), a, b, gamma, center, width))
     assert trials.max() <= 30 and trials.mean() < 2.0  # never a failed draw (129)
     assert stats.kstest(t, _line_cdf(margins, dm, a, b, gamma)).pvalue > P_MIN
 

@@ -42,6 +42,10 @@ def toy2d():
 
 LONGEST_FIRST = (
     "tests/test_readme.py::test_readme_python_blocks_run_in_order",
+    "tests/test_notebooks.py::test_notebook_executes[validating_vi]",
+    "tests/test_notebooks.py::test_notebook_executes[hyperparameters_and_inducing_points]",
+    "tests/test_notebooks.py::test_notebook_executes[analytical_bootstrap]",
+    # last of them: its fits are the README's first ones, compiled by then
     "tests/test_notebooks.py::test_notebook_executes",
     "tests/test_programs.py::test_a_new_process_loads",
     "tests/inference/vi/test_sbsvm_scale.py::test_two_processes",

@@ -36,11 +36,12 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   instead of compiling them. JAX's own bound is not used: it scans the whole directory, under a
   lock, at every program it writes, which made each compilation 0.13 s slower on a cache of
   6,000 programs and cost the test suite minutes; ppl_bsvm prunes the directory itself instead,
-  in one scan at the exit of a process, at most once an hour (:data:`CACHE_PRUNE_SECONDS`). ``PPL_BSVM_CACHE_DIR`` moves the cache, and
-  ``PPL_BSVM_CACHE_DIR=off`` turns it off; a cache directory the user configured in JAX
-  (``jax_compilation_cache_dir``) is used as it is and never changed. Beside the compiled
-  programs, :mod:`ppl_bsvm._programs` keeps the library's main programs as traced and lowered
-  (its subfolder ``programs``), so that a new process skips tracing and lowering them too;
+  in one scan at the exit of a process, at most once an hour (:data:`CACHE_PRUNE_SECONDS`).
+  ``PPL_BSVM_CACHE_DIR`` moves the cache, and ``PPL_BSVM_CACHE_DIR=off`` turns it off; a cache
+  directory the user configured in JAX (``jax_compilation_cache_dir``) is used as it is and
+  never changed. Beside the compiled programs, :mod:`ppl_bsvm._programs` keeps the library's
+  main programs as traced and lowered (its subfolder ``programs``), so that a new process skips
+  tracing and lowering them too;
 
 * keeps the process clear of the kernel's **limit on memory mappings** (Linux
   ``vm.max_map_count``, 65,530 by default). Every XLA program compiled or loaded on the CPU
@@ -92,8 +93,9 @@ PARALLEL_MIN_SIZE = 4096
 2-core machine and lose up to 100x as soon as the machine is loaded)."""
 
 CACHE_MAX_BYTES = 1 << 30
-"""Bound of the persistent compilation cache (1 GiB) unless ``jax_compilation_cache_max_size``
-is set; the least recently used programs are evicted beyond it."""
+"""Bound of the persistent compilation cache (1 GiB): :func:`prune_compilation_cache` removes
+the least recently used programs beyond it. A ``jax_compilation_cache_max_size`` the user set
+replaces it (JAX then evicts, and ppl_bsvm does not prune)."""
 
 CACHE_PRUNE_SECONDS = 3600.0
 """Least time between two prunings of the cache directory (by any process; a stamp file in the

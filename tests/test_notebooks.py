@@ -22,10 +22,10 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT = 600  # seconds per cell; the slowest took 77 s on a 2-core machine at load 12
 KERNEL_NAME = "ppl-bsvm-test"
 QUICK = {
-    "validating_vi": {"NUM_WARMUP": 200, "NUM_SAMPLES": 300, "NUTS_SAMPLES": 200},
-    "hyperparameters_and_inducing_points": {"MAX_ITER": 300, "SWEEP_MAX_ITER": 300,
-                                            "INDUCING_SIZES": [4, 16]},
-    "analytical_bootstrap": {"N_RESAMPLES": 100},
+    "validating_vi": {"NUM_WARMUP": 150, "NUM_SAMPLES": 200, "NUTS_SAMPLES": 100},
+    "hyperparameters_and_inducing_points": {"MAX_ITER": 150, "SWEEP_MAX_ITER": 150,
+                                            "INDUCING_SIZES": [8, 16]},
+    "analytical_bootstrap": {"N_RESAMPLES": 60},
 }
 """Per notebook, the parameters the test overrides (every name must be in its parameters
 cell)."""

@@ -220,11 +220,11 @@ def test_pickle_round_trip_is_exact(heart, params):
     assert unfitted.get_params() == BayesianSVC(method="vi").get_params()
 
 
-@pytest.mark.slow
 # One configuration per estimator class: scikit-learn's checks exercise the wrapper's own
 # input handling, the same code whatever the model and method. BayesianSVC(model="linear",
 # method="vi") was checked too until issue 31 (84 s of the suite, each check compiling the linear
 # engine for its own shapes); what its checks asked of the linear model is in the next test.
+@pytest.mark.slow
 @parametrize_with_checks(
     [BayesianSVC(method="ecm"), ppl_bsvm.BCSVMClassifier(module_size=20, query_size=10)],
 )

@@ -5,9 +5,10 @@ Always: a summary line at the end of the run with its wall time and the five slo
 
 With ``PPL_BSVM_TEST_PROFILE=<folder>``: every test's wall time, the seconds JAX spent tracing,
 lowering and compiling in it (``jax.monitoring`` duration events, summed per test) and the
-names of the programs XLA compiled (JAX's ``jax_log_compiles`` log lines) go to
-``<folder>/<worker>.jsonl``, one line per test; ``python -m tests.profile_report <folder>``
-summarises them by module and by program.
+programs XLA compiled or loaded from the persistent cache, each with its seconds, signature and
+call site (JAX's ``jax_log_compiles`` log lines) go to ``<folder>/<worker>.jsonl``, one line
+per test; ``python -m tests.profile_report <folder>`` summarises them by module, program,
+entry point and call site.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ SLOWEST = 5
 
 
 class _Recorder(logging.Handler):
-    """Collects ``[name, seconds, signature, site]`` of the programs XLA compiles
-    (``jax_log_compiles`` messages: "Compiling ... with global shapes and types", then
-    "Finished XLA compilation"; a program found in the persistent cache is not compiled)."""
+    """Collects ``[name, seconds, signature, site]`` of the programs XLA compiles or loads from
+    the persistent cache (``jax_log_compiles`` messages: "Compiling ... with global shapes and
+    types", then "Finished XLA compilation", which JAX logs for both)."""
 
     def __init__(self):
         super().__init__(level=logging.DEBUG)
@@ -112,6 +113,9 @@ class Profile:
         self.recorder.names = []
         return dict(self.seconds), time.perf_counter()
 
+    def close(self) -> None:
+        self.out.close()
+
     def finish(self, item, token) -> None:
         """Write the test's line: the differences since :meth:`start`."""
         before, start = token
@@ -127,10 +131,18 @@ _PROFILE: list[Profile | None] = [None]
 
 def pytest_configure(config):
     folder = os.environ.get(PROFILE_ENV)
-    if folder:
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        _PROFILE[0] = Profile(Path(folder), worker)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # pytest-xdist's controller runs no test: only its workers, or a run without xdist, record
+    controller = worker is None and bool(getattr(config.option, "numprocesses", None))
+    if folder and not controller:
+        _PROFILE[0] = Profile(Path(folder), worker or "main")
     config._ppl_bsvm_started = time.time()
+
+
+def pytest_unconfigure(config):
+    if _PROFILE[0] is not None:
+        _PROFILE[0].close()
+        _PROFILE[0] = None
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -4,10 +4,11 @@
     python -m tests.profile_report /tmp/profile [--top 25]
 
 Prints Markdown tables: per test module its tests, wall seconds (summed over workers), the
-seconds of tracing, lowering and XLA compilation in them, and the programs compiled (or
-loaded from the persistent cache); per program name (JAX's, shapes left out) how often it was
-compiled, with how many distinct signatures (JAX's full name), the seconds it took and in how
-many modules.
+seconds of tracing, lowering and XLA compilation in them, and the programs compiled or loaded
+from the persistent cache (JAX logs both alike); per program name how often it was
+compiled, with how many distinct signatures, the seconds it took and in how many modules; the
+compile seconds per entry point (the public ppl_bsvm function, or the test file) and per call
+site (the line that asked for the programs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
 from pathlib import Path
 
 
@@ -28,11 +28,6 @@ def load(folder: Path) -> list[dict]:
 
 def module_of(nodeid: str) -> str:
     return nodeid.split("::")[0]
-
-
-def program_name(entry: str) -> str:
-    """``jit(segment)`` from JAX's ``jit(segment) with global shapes ...`` (shapes dropped)."""
-    return re.split(r" with | for ", entry)[0].strip()
 
 
 def by_module(rows: list[dict]) -> list[dict]:
@@ -49,16 +44,14 @@ def by_module(rows: list[dict]) -> list[dict]:
 
 def compiled(row: dict) -> list[tuple[str, float, str, str]]:
     """``(name, seconds, signature, site)`` of each program compiled in a test."""
-    return [(e[0], e[1], e[2] if len(e) > 2 else "", e[3] if len(e) > 3 else "")
-            for e in row.get("programs", [])]
+    return [tuple(entry) for entry in row.get("programs", [])]
 
 
 def by_program(rows: list[dict]) -> list[dict]:
     count, seconds = collections.Counter(), collections.Counter()
     modules, variants = collections.defaultdict(set), collections.defaultdict(set)
     for row in rows:
-        for entry, secs, signature, _ in compiled(row):
-            name = program_name(entry)
+        for name, secs, signature, _ in compiled(row):
             count[name] += 1
             seconds[name] += secs
             modules[name].add(module_of(row["test"]))
@@ -74,11 +67,11 @@ def by_site(rows: list[dict]) -> list[dict]:
     count, seconds = collections.Counter(), collections.Counter()
     names = collections.defaultdict(collections.Counter)
     for row in rows:
-        for entry, secs, _, site in compiled(row):
+        for name, secs, _, site in compiled(row):
             site = site.split(" < ")[0]
             count[site] += 1
             seconds[site] += secs
-            names[site][program_name(entry)] += 1
+            names[site][name] += 1
     return [{"site": site or "?", "compiles": count[site], "seconds": secs,
              "programs": ", ".join(f"{n} x{c}" for n, c in names[site].most_common(3))}
             for site, secs in seconds.most_common()]

@@ -259,8 +259,8 @@ def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool
         return new._replace(rng_key=key)
 
     if settings.collapsed:  # full sweeps in warmup, while the directions are learned
-        state = jax.lax.cond(lead(state.it) < settings.num_warmup, each(sweep),
-                             each(partial(sweep, collapsed=True)), state)
+        # the chains share the counter: an unbatched predicate, a cond inside the vmap
+        state = each(partial(sweep, collapsed=lead(state.it) >= settings.num_warmup))(state)
     else:
         state = each(sweep)(state)
     if settings.learned:

@@ -268,7 +268,7 @@ def _lp(quad, margins, gamma):
 
 def gibbs_step(
     key, state: GibbsState, data, scale_step: bool = True, overrelax: float = 0.0,
-    line_moves: bool = False, collapsed: bool = False, draw_lam: bool = True,
+    line_moves: bool = False, collapsed=False, draw_lam: bool = True,
 ) -> GibbsState:
     """One sweep: the scale of ``z`` (optional), line moves along ``state.moves.V``
     (optional), ``lam | z``, then ``z | lam``.
@@ -278,6 +278,9 @@ def gibbs_step(
     keeps its last value) and never ``z | lam``. It leaves the marginal posterior of ``z``
     invariant, and is ergodic only when the directions span the space of ``z`` (the sampler
     collapses its sweeps only then: all ``p`` learned directions of the linear model).
+    ``collapsed`` may be a traced boolean (the sampler collapses its sweeps after warmup):
+    the choice is then a ``lax.cond`` after the line moves, so that the moves, most of the
+    sweep's program, are compiled once rather than once per branch.
 
     ``data`` is :class:`LinearData` or :class:`GPData`; every step is an exact draw from a
     full conditional (or, with ``overrelax != 0``, Adler's overrelaxed move that is reversible
@@ -305,11 +308,23 @@ def gibbs_step(
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
-    if collapsed:
-        return _collapsed(k_lam, state, data, value, draw_lam)._replace(
-            scale=c, scale_trials=trials, scale_width=scale_width, moves=moves,
-            line_trials=line_trials, line_failed=line_failed,
-        )
+    state = state._replace(scale=c, scale_trials=trials, scale_width=scale_width, moves=moves,
+                           line_trials=line_trials, line_failed=line_failed)
+
+    def end_collapsed(state):
+        return _collapsed(k_lam, state, data, value, draw_lam)
+
+    def end_full(state):
+        return _full(k_lam, k_z, state, data, value, margins, overrelax)
+
+    if isinstance(collapsed, bool):
+        return end_collapsed(state) if collapsed else end_full(state)
+    return jax.lax.cond(collapsed, end_collapsed, end_full, state)
+
+
+def _full(k_lam, k_z, state: GibbsState, data, value, margins, overrelax) -> GibbsState:
+    """The end of a full sweep: ``lam | z`` at the moved ``value`` (whose ``margins`` are
+    given), then ``z | lam``."""
     lam, n_floored = _floored_lam(k_lam, margins, data.gamma)
     if isinstance(data, LinearData):
         z = {"beta": sample_beta(
@@ -325,11 +340,8 @@ def gibbs_step(
     else:
         quad, margins = _quad_and_margins(z, data)
     lp = _lp(quad, margins, data.gamma)
-    return state._replace(
-        z=z, lam=lam, margins=margins, quad=quad, lp=lp, scale=c, scale_trials=trials,
-        scale_width=scale_width, moves=moves, n_floored=n_floored, line_trials=line_trials,
-        line_failed=line_failed, cg_iters=cg_iters, cg_fallback=cg_fallback,
-    )
+    return state._replace(z=z, lam=lam, margins=margins, quad=quad, lp=lp, n_floored=n_floored,
+                          cg_iters=cg_iters, cg_fallback=cg_fallback)
 
 
 def _floored_lam(key, margins, gamma):

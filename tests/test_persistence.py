@@ -124,16 +124,17 @@ RESUMABLE = [
 
 
 @pytest.mark.slow
-def test_extending_a_nuts_run_equals_the_longer_run(small, tmp_path):
+@pytest.mark.parametrize("model,method", [("linear", "nuts"), ("gp", "ess")])
+def test_extending_a_saved_sampler_run_equals_the_longer_run(small, tmp_path, model, method):
     X, y, Xt = small
     options = {"num_warmup": 30, "num_chains": 2}
-    whole = _fit(small, "linear", "nuts", {"num_samples": 50, **options})
-    part = _fit(small, "linear", "nuts", {"num_samples": 20, **options})
+    whole = _fit(small, model, method, {"num_samples": 50, **options})
+    part = _fit(small, model, method, {"num_samples": 20, **options})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         resumed = ppl_bsvm.resume(part.save(tmp_path / "part"), X, y, num_samples=50)
     _assert_same_fit(whole, resumed, Xt)
-    assert resumed.idata.sample_stats.sizes["draw"] == 50  # step sizes, divergences appended
+    assert resumed.idata.sample_stats.sizes["draw"] == 50  # the sampler's fields appended
 
 
 @pytest.mark.slow

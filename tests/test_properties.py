@@ -37,6 +37,7 @@ N, D = 12, 2
 CHEAP = {
     ("gp", "bcsvm"): {"max_iter": 5, "module_size": 6, "query_size": 8},
     ("gp", "ecm"): {"max_iter": 5},
+    ("gp", "ess"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
     ("gp", "gibbs"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "directions": 0},
     ("gp", "gpc"): {"max_iter": 5},
     ("gp", "gpc_sklearn"): {"max_iter_predict": 5},
@@ -47,6 +48,7 @@ CHEAP = {
     ("gp", "svi"): {"max_iter": 5, "num_inducing": 3},
     ("gp", "vi"): {"max_iter": 5},
     ("linear", "ecm"): {"max_iter": 5},
+    ("linear", "ess"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
     ("linear", "gibbs"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "directions": 0},
     ("linear", "nuts"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1,
                          "max_tree_depth": 2},

@@ -1,12 +1,15 @@
-"""MCMC engines: the exact Gibbs sampler (a NumPyro ``MCMCKernel``) and NUTS.
+"""MCMC engines: the exact Gibbs sampler (a NumPyro ``MCMCKernel``), NUTS and BlackJAX's
+elliptical slice sampler.
 
-Importing this package registers ``method="gibbs"`` (models ``linear``, ``gp``) and
-``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with ``ppl_bsvm.fit``.
+Importing this package registers ``method="gibbs"`` and ``method="ess"`` (models ``linear``,
+``gp``) and ``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with
+``ppl_bsvm.fit``.
 """
 
 from .._common import LinearData
 from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
 from . import gibbs  # noqa: F401  registers method="gibbs"
+from . import ess  # noqa: F401  registers method="ess"
 from .conditionals import (
     GramRows,
     gram_rows,

@@ -31,6 +31,7 @@ __all__ = [
     "MCMCCheckpoint",
     "MCMCRun",
     "check_finite",
+    "check_positive_definite",
     "run_mcmc",
     "mcmc_approximation",
     "thin_draws",
@@ -344,6 +345,17 @@ def warn_convergence(summary: dict, config: Sampler) -> None:
         ConvergenceWarning,
         stacklevel=2,
     )
+
+
+def check_positive_definite(setup: GPSetup) -> None:
+    """``ValueError`` unless the sampler's ``K`` (jitter included) has a Cholesky factor."""
+    try:
+        np.linalg.cholesky(np.asarray(setup.K))
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
+            "positive definite; increase jitter or check the kernel parameters"
+        ) from None
 
 
 def thin_draws(draws, max_draws: int):

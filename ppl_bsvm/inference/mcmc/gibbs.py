@@ -52,7 +52,6 @@ import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from ... import models
 from ..._checks import boolean, open_interval
@@ -65,6 +64,7 @@ from ...kernels import Kernel
 from ...result import Fit
 from .._common import gp_setup, linear_setup
 from ._common import (
+    check_positive_definite,
     gp_predictor,
     linear_predictor,
     mcmc_approximation,
@@ -330,13 +330,7 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         As for the linear model.
     """
     setup = gp_setup(problem, kernel, options.jitter)
-    try:  # the sweep factorises K itself (gp_setup accepts a singular K)
-        np.linalg.cholesky(np.asarray(setup.K))
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
-            "positive definite; increase jitter or check the kernel parameters"
-        ) from None
+    check_positive_definite(setup)  # the sweep factorises K itself (gp_setup accepts a singular K)
     pcg = preconditioner(setup.K, options.gamma)
     # the estimate before any work guessed the solve's path; K's spectrum has now chosen it
     settings = options.as_dict()

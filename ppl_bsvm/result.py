@@ -426,12 +426,22 @@ def _approximation_rows(idata) -> list[tuple[str, str]]:
 
     a = idata["approximation"]
     khat, ess = float(a["psis_khat"]), float(a["psis_ess"])
-    dim = int(a["beta_mean"].size) if "beta_mean" in a else None
+    dim = int(a["beta_mean"].size) if "beta_mean" in a else _event_size(idata)
     asked = bool(status) and (status == "linear response" or status.startswith("mean-field ("))
     verdict = khat_verdict(khat, dim, asked)
-    draws = a["psis_log_weights"].size
+    # the importance-weighted draws: q's own, or the pool they were resampled from (Pathfinder)
+    draws = int(a["psis_pool"]) if "psis_pool" in a else a["psis_log_weights"].size
     rows.append(("PSIS k-hat", f"{khat:.2f} ({verdict}; importance ESS {ess:.0f} of {draws})"))
     return rows
+
+
+def _event_size(idata) -> int | None:
+    """Coordinates of one posterior draw (all variables), None without a posterior."""
+    if "posterior" not in idata.children:
+        return None
+    post = idata["posterior"]
+    return sum(int(v.size // (v.sizes.get("chain", 1) * v.sizes.get("draw", 1)))
+               for v in post.data_vars.values()) or None
 
 
 def _versions() -> dict[str, str]:

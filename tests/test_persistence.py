@@ -21,6 +21,7 @@ SAVED = [
     ("gp", "svi", {"max_iter": 40, "elbo_every": 10}),
     ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
     ("gp", "nuts", {"num_samples": 30, "num_warmup": 30, "num_chains": 1}),
+    ("linear", "pathfinder", {"num_draws": 50}),
     ("gp", "platt", {}),
     ("gp", "gpc", {}),
     ("gp", "svgp", {"max_iter": 40}),

@@ -4,3 +4,4 @@ from . import ecm  # noqa: F401
 from . import linear  # noqa: F401
 from . import bbsvm  # noqa: F401
 from . import sbsvm  # noqa: F401
+from . import pathfinder  # noqa: F401

@@ -45,10 +45,12 @@ __all__ = [
 _FUNCTIONS: dict[str, Any] = {}
 _OBJECTS: dict[str, type] = {}
 _STATE_MODULES = ("numpyro.infer.hmc", "numpyro.infer.hmc_util", "numpyro.infer.mcmc",
-                  "optax._src.transform", "blackjax.mcmc.elliptical_slice")
+                  "optax._src.transform", "optax._src.base", "numpyro.infer.svi",
+                  "blackjax.mcmc.elliptical_slice")
 """Modules outside ppl_bsvm whose ``NamedTuple`` states a saved checkpoint holds: NumPyro's
-samplers', optax's ``ScaleByAdamState`` (the Adam of hyperparameter learning,
-``inference.vi.hyper``) and BlackJAX's samplers' (``inference.mcmc.ess``)."""
+samplers' and ``SVIState`` (``inference.vi.advi``), optax's optimiser states (the Adam of
+hyperparameter learning, ``inference.vi.hyper``, and of ADVI) and BlackJAX's samplers'
+(``inference.mcmc.ess``)."""
 
 
 def _name(obj) -> str:

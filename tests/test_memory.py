@@ -41,7 +41,7 @@ def test_every_engine_estimates_its_memory():
     engines forming n x n matrices with n^2; the scalable ones (S-BSVM, SVGP, BC-SVM, sparse
     NUTS) at most linearly in n, and with the option that bounds them."""
     scalable = {("gp", "svi"), ("sparse_gp", "svi"), ("gp", "svgp"), ("sparse_gp", "svgp"),
-                ("gp", "bcsvm"), ("sparse_gp", "nuts")}
+                ("gp", "bcsvm"), ("sparse_gp", "nuts"), ("sparse_gp", "advi")}
     # Pathfinder keeps no p x p matrix (L-BFGS), and below n = 10^4 its history, linear in
     # n or p, outweighs the GP's n x n factor: it grows at least linearly
     history = {("gp", "pathfinder"), ("linear", "pathfinder")}

@@ -22,6 +22,7 @@ SAVED = [
     ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
     ("gp", "nuts", {"num_samples": 30, "num_warmup": 30, "num_chains": 1}),
     ("linear", "pathfinder", {"num_draws": 50}),
+    ("gp", "advi", {"max_iter": 60, "window": 20, "num_draws": 50}),
     ("gp", "platt", {}),
     ("gp", "gpc", {}),
     ("gp", "svgp", {"max_iter": 40}),

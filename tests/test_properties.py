@@ -35,6 +35,7 @@ N, D = 12, 2
 """The one valid training shape: engines compile once per shape."""
 
 CHEAP = {
+    ("gp", "advi"): {"max_iter": 5, "window": 2},
     ("gp", "bcsvm"): {"max_iter": 5, "module_size": 6, "query_size": 8},
     ("gp", "ecm"): {"max_iter": 5},
     ("gp", "ess"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
@@ -48,6 +49,7 @@ CHEAP = {
     ("gp", "svgp"): {"max_iter": 5, "num_inducing": 3},
     ("gp", "svi"): {"max_iter": 5, "num_inducing": 3},
     ("gp", "vi"): {"max_iter": 5},
+    ("linear", "advi"): {"max_iter": 5, "window": 2},
     ("linear", "ecm"): {"max_iter": 5},
     ("linear", "ess"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
     ("linear", "gibbs"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "directions": 0},
@@ -56,6 +58,7 @@ CHEAP = {
     ("linear", "pathfinder"): {"max_iter": 5, "num_paths": 2, "num_elbo_draws": 50},
     ("linear", "svi"): {"max_iter": 5},
     ("linear", "vi"): {"max_iter": 5},
+    ("sparse_gp", "advi"): {"max_iter": 5, "window": 2, "num_inducing": 3},
     ("sparse_gp", "nuts"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1,
                             "max_tree_depth": 2, "num_inducing": 3},
     ("sparse_gp", "svgp"): {"max_iter": 5, "num_inducing": 3},

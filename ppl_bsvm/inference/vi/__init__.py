@@ -5,3 +5,4 @@ from . import linear  # noqa: F401
 from . import bbsvm  # noqa: F401
 from . import sbsvm  # noqa: F401
 from . import pathfinder  # noqa: F401
+from . import advi  # noqa: F401

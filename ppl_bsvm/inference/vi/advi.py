@@ -1,0 +1,441 @@
+r"""Black-box VI as a NumPyro user runs it: ``numpyro.infer.SVI`` with an autoguide on the
+library's own marginal models (:mod:`ppl_bsvm.models`), the registered engines
+``fit(..., method="advi")`` for ``linear``, ``gp`` and ``sparse_gp``.
+
+Kucukelbir et al. (2017): maximise the ELBO
+:math:`\mathcal L(\phi) = E_{q_\phi}[\log p(y, z) - \log q_\phi(z)]` by stochastic gradients
+of its reparameterised Monte-Carlo estimate (``num_particles`` draws per step, NumPyro's
+``Trace_ELBO``) with Adam (optax). ``z`` is the model's latent vector: ``beta``, or ``f``
+(``whiten=False``) / ``f_whitened`` with ``f = L f_whitened`` (``whiten=True``), or
+``u_whitened`` for the sparse model; ``lam`` is integrated out (the marginal models). The
+guides are NumPyro's: ``"normal"`` (``AutoNormal``, mean-field), ``"mvn"``
+(``AutoMultivariateNormal``, full covariance), ``"lowrank"`` (``AutoLowRankMultivariateNormal``
+with ``rank``), ``"flow"`` (``AutoIAFNormal``, an inverse autoregressive flow).
+
+**Stopping.** The loss is noisy, so the rule compares means of the last two windows of
+``window`` steps, :math:`\bar L_1` and :math:`\bar L_0`, with their standard errors
+:math:`s_1, s_0`: the run stops once
+:math:`\max(0, |\bar L_1 - \bar L_0| - 2\sqrt{s_0^2 + s_1^2}) \le \mathrm{tol}\,(1 + |\bar L_1|)`,
+i.e. when the change of the smoothed ELBO is within its noise and below ``tol``; else at
+``max_iter`` with a ``ConvergenceWarning``. Steps run in the library's compiled loop
+(:mod:`ppl_bsvm.inference.loop`: no Python loop per step, progress bar, resumable).
+
+**What the fit carries.** ``num_draws`` draws of ``q`` in ``idata.posterior`` (``f`` as the
+deterministic site where whitened), the loss trace (``trace["elbo"]`` = minus the loss), and
+Pareto-smoothed importance sampling of the draws against the model's exact marginal log
+density (``idata.approximation.psis_khat``, ``psis_ess``: the library's
+:func:`~ppl_bsvm.inference.vi.psis.psis`, as for the closed-form engines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import optax
+from numpyro import handlers
+from numpyro.infer import SVI, Predictive, Trace_ELBO
+from numpyro.infer.autoguide import (
+    AutoIAFNormal,
+    AutoLowRankMultivariateNormal,
+    AutoMultivariateNormal,
+    AutoNormal,
+)
+from numpyro.infer.util import log_density
+
+from ... import models
+from ..._checks import boolean, one_of, positive_float, positive_int
+from ..._memory import FLOAT, linear_bytes
+from ...api import register
+from ...data import Problem
+from ...engine import Approximation, Draws, Iteration, Jitter, LinearPrior, Link, Temperature
+from ...kernels import Kernel
+from ...result import Fit
+from .._common import gaussian_idata, gp_setup, linear_setup
+from ..inducing import INDUCING_METHODS, inducing_prior
+from ..loop import run
+from ..mcmc._common import check_positive_definite, gp_predictor, linear_predictor
+from ..mcmc.nuts import _inducing_locations, _sparse_predictor
+from .psis import MIN_DRAWS, psis
+
+__all__ = ["GUIDES", "ADVIOptions", "ADVILinearOptions", "ADVIGPOptions",
+           "ADVISparseGPOptions", "advi_linear", "advi_gp", "advi_sparse_gp"]
+
+GUIDES = ("normal", "mvn", "lowrank", "flow")
+SCHEDULES = ("constant", "cosine")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ADVIOptions(Iteration, Temperature, Draws, Link):
+    """What every ADVI engine takes.
+
+    Parameters
+    ----------
+    guide : {"normal", "mvn", "lowrank", "flow"}
+        NumPyro's ``AutoNormal``, ``AutoMultivariateNormal``,
+        ``AutoLowRankMultivariateNormal`` or ``AutoIAFNormal``.
+    rank : int or None
+        The low-rank guide's rank (None: NumPyro's default, about sqrt of the dimension).
+    learning_rate : float
+        Adam's step size.
+    schedule : {"constant", "cosine"}
+        The step size over the run: constant, or cosine decay to zero at ``max_iter`` (a
+        resumed run with another ``max_iter`` then follows another schedule).
+    num_particles : int
+        Draws of ``q`` per step for the ELBO's gradient.
+    window : int
+        Steps per window of the stopping rule (module doc).
+    """
+
+    max_iter: int = 20000
+    tol: float | None = 1e-4
+    guide: str = "mvn"
+    rank: Any = None
+    learning_rate: float = 0.01
+    schedule: str = "constant"
+    num_particles: int = 1
+    window: int = 500
+
+    _validators = {
+        "guide": lambda name, value: one_of(name, value, GUIDES),
+        "schedule": lambda name, value: one_of(name, value, SCHEDULES),
+        "learning_rate": positive_float,
+        "num_particles": positive_int,
+        "window": positive_int,
+    }
+
+    def _check(self):
+        if self.rank is not None:
+            self._set("rank", positive_int("rank", self.rank))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ADVILinearOptions(ADVIOptions, LinearPrior):
+    """Options of :func:`advi_linear`."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ADVIGPOptions(ADVIOptions, Jitter):
+    """Options of :func:`advi_gp`: ``whiten`` too."""
+
+    whiten: bool = True
+    _validators = {"whiten": boolean}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ADVISparseGPOptions(ADVIGPOptions):
+    """Options of :func:`advi_sparse_gp`: the inducing points too."""
+
+    num_inducing: int = 64
+    inducing: Any = "kmeans"
+
+    def _check(self):
+        self._set("num_inducing", positive_int("num_inducing", self.num_inducing))
+        if isinstance(self.inducing, str) and self.inducing not in INDUCING_METHODS:
+            raise ValueError(
+                f"inducing must be one of {list(INDUCING_METHODS)} or an array (m, d), "
+                f"got {self.inducing!r}"
+            )
+
+
+class Static(NamedTuple):
+    """The compiled step's configuration (hashable): the model (``"linear"``, ``"gp"``,
+    ``"sparse_gp"``), its static arguments, the guide and the optimiser."""
+
+    model: str
+    kernel: Any
+    whiten: bool
+    guide: str
+    rank: Any
+    learning_rate: float
+    schedule: str
+    max_iter: int
+    num_particles: int
+    window: int
+
+
+class ADVIState(NamedTuple):
+    """NumPyro's ``SVIState`` and the last ``2 window`` losses (a ring, NaN until filled)."""
+
+    svi: Any
+    losses: jnp.ndarray
+    step: jnp.ndarray
+    nonfinite_ok = ("losses",)
+
+
+class ADVIInfo(NamedTuple):
+    elbo: jnp.ndarray
+    delta: jnp.ndarray
+
+
+def _model(static: Static):
+    """The marginal model with its static arguments bound; data come as keywords."""
+    if static.model == "linear":
+        return models.linear_bsvm
+    fn = models.gp_bsvm if static.model == "gp" else models.sparse_gp_bsvm
+    return functools.partial(fn, kernel=static.kernel, whiten=static.whiten)
+
+
+def _guide(static: Static, model):
+    if static.guide == "normal":
+        return AutoNormal(model)
+    if static.guide == "mvn":
+        return AutoMultivariateNormal(model)
+    if static.guide == "lowrank":
+        return (AutoLowRankMultivariateNormal(model) if static.rank is None
+                else AutoLowRankMultivariateNormal(model, rank=static.rank))
+    return AutoIAFNormal(model, num_flows=2)
+
+
+@functools.lru_cache(maxsize=32)
+def _svi(static: Static) -> SVI:
+    """One ``SVI`` per configuration, so that its guide is set up once (its prototype trace
+    is Python-side state) and the compiled loop is reused."""
+    model = _model(static)
+    if static.schedule == "cosine":
+        rate = optax.cosine_decay_schedule(static.learning_rate, static.max_iter)
+    else:
+        rate = static.learning_rate
+    return SVI(model, _guide(static, model), optax.adam(rate),
+               Trace_ELBO(num_particles=static.num_particles))
+
+
+def _smoothed_change(losses, window):
+    """The stopping statistic (module doc) of the ring of the last ``2 window`` losses, in
+    time order; ``inf`` until both windows are full."""
+    old, new = losses[:window], losses[window:]
+    m0, m1 = jnp.mean(old), jnp.mean(new)
+    se = jnp.sqrt(jnp.var(old) / window + jnp.var(new) / window)
+    change = jnp.maximum(jnp.abs(m1 - m0) - 2.0 * se, 0.0) / (1.0 + jnp.abs(m1))
+    return jnp.where(jnp.all(jnp.isfinite(losses)), change, jnp.inf)
+
+
+def advi_step(static: Static, key, state: ADVIState, data):
+    """One Adam step of the ELBO's reparameterised estimate; the info holds the step's ELBO
+    estimate and the stopping statistic."""
+    svi_state, loss = _svi(static).update(state.svi._replace(rng_key=key), **data)
+    losses = jnp.roll(state.losses, -1).at[-1].set(loss)
+    info = ADVIInfo(-loss, _smoothed_change(losses, static.window))
+    return ADVIState(svi_state, losses, state.step + 1), info
+
+
+def _draws(static: Static, params, data, key, num_draws: int, site: str):
+    """``num_draws`` draws of ``q`` at the model's sites (``f``/``u`` through the whitened
+    deterministic), and each draw's log density ratio ``log p - log q``."""
+    svi = _svi(static)
+    guide, model = svi.guide, svi.model
+    keys = jax.random.split(key, num_draws)
+
+    def one(k):
+        trace = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)) \
+            .get_trace(**data)
+        latent = {name: s["value"] for name, s in trace.items()
+                  if s["type"] == "sample" and not s["is_observed"]}
+        log_q = sum(jnp.sum(s["fn"].log_prob(s["value"])) for s in trace.values()
+                    if s["type"] == "sample" and not s["is_observed"])
+        log_p, model_trace = log_density(model, (), data, latent)
+        value = model_trace[site]["value"]
+        return value, log_p - log_q
+
+    return jax.jit(jax.vmap(one))(keys)
+
+
+def _advi(static: Static, data: dict, options: ADVIOptions, key, resume, site: str):
+    """The run and its draws: ``(RunResult, draws, log_ratios, seconds)``."""
+    t0 = time.perf_counter()
+    k_init, k_loop, k_draws = jax.random.split(key, 3)
+    previous = None if resume is None else resume.checkpoint
+    state = None
+    if previous is None:
+        with numpyro.validation_enabled(False):
+            svi_state = _svi(static).init(k_init, **data)
+        state = ADVIState(svi_state, jnp.full(2 * static.window, jnp.nan),
+                          jnp.zeros((), jnp.int32))
+    result = run(advi_step, state, data, static=static, key=k_loop, max_iter=options.max_iter,
+                 tol=options.tol, min_iter=2 * static.window, resume=previous)
+    params = _svi(static).get_params(result.state.svi)
+    draws, log_ratios = _draws(static, params, data, k_draws, options.num_draws, site)
+    return result, np.asarray(draws), np.asarray(log_ratios), time.perf_counter() - t0
+
+
+def _static(model: str, options: ADVIOptions, kernel=None) -> Static:
+    """The step's configuration; ``max_iter`` only where the schedule reads it, so that runs
+    of other lengths reuse the compiled loop."""
+    return Static(model, kernel, bool(getattr(options, "whiten", True)), options.guide,
+                  options.rank, options.learning_rate, options.schedule,
+                  options.max_iter if options.schedule == "cosine" else 0,
+                  options.num_particles, options.window)
+
+
+def _importance(draws, log_ratios) -> dict:
+    """PSIS of the draws (``psis_khat``, ``psis_ess``), or nothing with too few draws."""
+    flat = draws.reshape(draws.shape[0], -1)
+    result = psis(log_ratios, flat) if log_ratios.size >= MIN_DRAWS else None
+    if result is None or not np.isfinite(result.khat):
+        return {}
+    return {"psis_khat": np.asarray(result.khat), "psis_ess": np.asarray(result.ess),
+            "psis_log_weights": result.log_weights}
+
+
+def _approximation(problem, config, result, draws, log_ratios, seconds, site, model,
+                   predictor, coords=None, **fields) -> Approximation:
+    extra = _importance(draws, log_ratios)
+    idata = gaussian_idata(
+        {site: draws[None]}, problem=problem, coords=coords, approximation=extra or None,
+        attrs={"method": "advi", "model": model, "stop_reason": result.stop_reason,
+               "guide": config.guide},
+    )
+    trace = {"elbo": np.asarray(result.infos.elbo), "delta": np.asarray(result.infos.delta)}
+    return Approximation.from_run(result, idata=idata, predictor=predictor, seconds=seconds,
+                                  trace=trace, checkpoint=result, **fields)
+
+
+def _every_draw(options):
+    """Predictions average over all ``num_draws`` draws of ``q``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(max_predictive_draws=options.num_draws, link=options.link)
+
+
+def _guide_floats(dim: int, options: dict) -> int:
+    """The guide's parameters and Adam's two moments of them (``dim^2`` for ``mvn``)."""
+    guide = options.get("guide", "mvn")
+    size = dim * dim if guide == "mvn" else dim * (2 + int(options.get("rank") or 10))
+    return 3 * size
+
+
+@register("advi", ("linear",), options=ADVILinearOptions, uses_kernel=False,
+          budget="max_iter",
+          memory=linear_bytes(0, lambda n, p, options: _guide_floats(p, options)))
+def advi_linear(problem: Problem, options: ADVILinearOptions, *, key,
+                resume: Fit | None = None) -> Approximation:
+    """NumPyro's SVI with an autoguide (ADVI) on the linear Bayesian SVM (marginal model).
+
+    The options are an :class:`ADVILinearOptions`, which validates them.
+
+    Parameters
+    ----------
+    prior_scale, intercept, gamma
+        As for ``method="gibbs"``.
+    guide : {"normal", "mvn", "lowrank", "flow"}, default="mvn"
+        The autoguide (module doc).
+    rank : int, optional
+        The ``"lowrank"`` guide's rank.
+    learning_rate : float, default=0.01
+        Adam's step size.
+    schedule : {"constant", "cosine"}, default="constant"
+    num_particles : int, default=1
+        Draws of ``q`` per gradient step.
+    max_iter : int, default=20000
+    tol : float, default=1e-4
+        The smoothed ELBO's relative change, beyond its noise, at which the run stops.
+    window : int, default=500
+        Steps per window of the stopping rule.
+    num_draws : int, default=1000
+        Draws of ``q`` stored in ``idata.posterior`` and used for PSIS.
+    link : str, default="probit"
+    resume : Fit, optional
+        Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
+    """
+    setup = linear_setup(problem, options.intercept)
+    data = {"X": setup.Xd, "y": setup.y,
+            "prior_scale": jnp.asarray(options.prior_scale, jnp.float64),
+            "gamma": jnp.asarray(options.gamma, jnp.float64)}
+    result, draws, ratios, seconds = _advi(_static("linear", options), data, options, key,
+                                           resume, "beta")
+    predictor = linear_predictor(draws[None], options.intercept, _every_draw(options),
+                                 options.gamma)
+    return _approximation(problem, options, result, draws, ratios, seconds, "beta", "linear",
+                          predictor, {"feature": setup.features})
+
+
+def _gp_bytes(n: int, d: int, options: dict) -> int:
+    """``K``, its factor and the model's gradient through them, and the guide."""
+    return FLOAT * (4 * n * n + _guide_floats(n, options))
+
+
+_gp_bytes.hint = ("method='advi' keeps n x n matrices (and n^2 guide parameters with "
+                  "guide='mvn'): use model='sparse_gp', or guide='normal' or 'lowrank'")
+
+
+def _gp_data(setup, gamma) -> dict:
+    return {"X": setup.X, "y": setup.y, "params": setup.params,
+            "jitter": jnp.asarray(setup.jitter, jnp.float64),
+            "gamma": jnp.asarray(gamma, jnp.float64)}
+
+
+@register("advi", ("gp",), options=ADVIGPOptions, budget="max_iter", memory=_gp_bytes)
+def advi_gp(problem: Problem, options: ADVIGPOptions, *, key, kernel: Kernel,
+            resume: Fit | None = None) -> Approximation:
+    """NumPyro's SVI with an autoguide (ADVI) on the GP Bayesian SVM (marginal model).
+
+    The options are an :class:`ADVIGPOptions`, which validates them; the kernel's
+    hyperparameters stay fixed.
+
+    Parameters
+    ----------
+    gamma, jitter
+        As for ``method="gibbs"``.
+    whiten : bool, default=True
+        The guide is over ``f_whitened`` (``f = L f_whitened``; a mean-field guide there is
+        not mean-field in ``f``) rather than ``f`` itself.
+    guide, rank, learning_rate, schedule, num_particles, max_iter, tol, window, num_draws,
+    link, resume
+        As for the linear model.
+    """
+    setup = gp_setup(problem, kernel, options.jitter)
+    check_positive_definite(setup)
+    result, draws, ratios, seconds = _advi(_static("gp", options, kernel),
+                                           _gp_data(setup, options.gamma), options, key,
+                                           resume, "f")
+    predictor = gp_predictor(kernel, setup, draws[None], _every_draw(options), options.gamma)
+    return _approximation(problem, options, result, draws, ratios, seconds, "f", "gp",
+                          predictor, kernel_params=setup.params, jitter=setup.jitter)
+
+
+def _sparse_bytes(n: int, d: int, options: dict) -> int:
+    """Per step the model's ``n x m`` projection (and its gradient), and the guide."""
+    m = int(options.get("num_inducing", 64))
+    return FLOAT * (4 * n * m + 4 * m * m + _guide_floats(m, options))
+
+
+@register("advi", ("sparse_gp",), options=ADVISparseGPOptions, budget="max_iter",
+          memory=_sparse_bytes)
+def advi_sparse_gp(problem: Problem, options: ADVISparseGPOptions, *, key, kernel: Kernel,
+                   resume: Fit | None = None) -> Approximation:
+    """NumPyro's SVI with an autoguide (ADVI) on the sparse GP Bayesian SVM (inducing values
+    ``u``, ``f`` integrated out exactly: ``models.sparse_gp_bsvm``).
+
+    The options are an :class:`ADVISparseGPOptions`, which validates them.
+
+    Parameters
+    ----------
+    num_inducing : int, default=64
+    inducing : {"kmeans", "random"} or array of shape (m, d), default="kmeans"
+        As for ``method="nuts"``; stored in ``Fit.options["inducing_points"]``.
+    gamma, jitter, whiten, guide, rank, learning_rate, schedule, num_particles, max_iter, tol,
+    window, num_draws, link, resume
+        As for ``model="gp"`` (``jitter`` is added to ``Kmm``).
+    """
+    k_inducing, key = jax.random.split(key)
+    if resume is not None:
+        Z = np.asarray(resume.options["inducing_points"])
+    else:
+        Z = _inducing_locations(problem, options.inducing, options.num_inducing, k_inducing)
+    setup = gp_setup(problem, kernel, options.jitter)
+    Zj = jnp.asarray(Z)
+    data = {**_gp_data(setup, options.gamma), "inducing": Zj}
+    result, draws, ratios, seconds = _advi(_static("sparse_gp", options, kernel), data,
+                                           options, key, resume, "u")
+    prior = inducing_prior(kernel, setup.params, Zj, setup.jitter)
+    predictor = _sparse_predictor(kernel, setup.params, prior, draws[None],
+                                  _every_draw(options), options.gamma)
+    return _approximation(problem, options, result, draws, ratios, seconds, "u", "sparse_gp",
+                          predictor, options={"inducing_points": Z},
+                          kernel_params=setup.params, jitter=setup.jitter)

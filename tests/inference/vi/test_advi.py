@@ -1,0 +1,73 @@
+"""method="advi": NumPyro's SVI with autoguides on the library's marginal models."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ppl_bsvm
+from ppl_bsvm.inference.vi.advi import _smoothed_change
+
+
+def test_with_a_flat_likelihood_the_full_rank_guide_finds_the_prior():
+    """gamma -> 0 leaves the prior N(0, s^2 I), which the ``mvn`` guide contains: the fit's
+    1,000 draws have mean 0 and sd s up to their Monte-Carlo error (s / 32 and s / 45;
+    bounds of 4 of them, plus 5 % for Adam's noise at the end of the run), and PSIS finds q
+    close to the posterior."""
+    r = np.random.default_rng(0)
+    X = r.normal(size=(40, 3))
+    y = np.where(X[:, 0] > 0, 1, -1)
+    s = 2.0
+    fit = ppl_bsvm.fit(X, y, model="linear", method="advi", gamma=1e-9, prior_scale=s,
+                       intercept=False, seed=1)
+    beta = fit.posterior["beta"].values.reshape(-1, 3)
+    assert fit.stop_reason == "tol" and fit.n_iter >= 1000  # two windows at least
+    assert np.all(np.abs(beta.mean(0)) < 4 * s / np.sqrt(1000) + 0.05 * s)
+    assert np.all(np.abs(beta.std(0) / s - 1) < 4 / np.sqrt(2000) + 0.05)
+    assert float(fit.idata["approximation"]["psis_khat"]) < 0.5
+
+
+def test_the_stopping_statistic():
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=400)  # no trend: the change is within the noise
+    assert float(_smoothed_change(flat, 200)) == 0.0
+    trend = np.linspace(100.0, 50.0, 400)  # a halving loss: far above any tolerance
+    assert float(_smoothed_change(trend, 200)) > 0.1
+    assert float(_smoothed_change(np.r_[np.nan, flat[1:]], 200)) == np.inf  # not yet full
+
+
+@pytest.mark.parametrize("guide", ["normal", "mvn", "lowrank", "flow"])
+def test_every_guide_on_the_gp_model(heart, guide):
+    X, y = heart
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)
+        fit = ppl_bsvm.fit(X[:40], y[:40], model="gp", method="advi", guide=guide, rank=3,
+                           max_iter=300, window=50, num_draws=200, seed=0)
+    assert fit.posterior["f"].shape == (1, 200, 40)
+    assert fit.idata.attrs["guide"] == guide and fit.trace["elbo"].shape == (fit.n_iter,)
+    p = fit.predict_proba(X[200:205])
+    assert np.all((p > 0) & (p < 1))
+
+
+def test_resumed_run_equals_the_uninterrupted_one(heart):
+    X, y = heart
+    X, y = X[:50], y[:50]
+    options = {"max_iter": 120, "window": 1000, "num_draws": 100}  # the rule cannot stop it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)
+        whole = ppl_bsvm.fit(X, y, model="sparse_gp", method="advi", num_inducing=8, seed=3,
+                             **options)
+        part = ppl_bsvm.fit(X, y, model="sparse_gp", method="advi", num_inducing=8, seed=3,
+                            **{**options, "max_iter": 50})
+        resumed = ppl_bsvm.resume(part, X, y, max_iter=120)
+    assert resumed.n_iter == whole.n_iter == 120
+    np.testing.assert_array_equal(resumed.trace["elbo"], whole.trace["elbo"])
+    np.testing.assert_array_equal(resumed.posterior["u"].values, whole.posterior["u"].values)
+
+
+def test_options_are_checked():
+    X, y = np.random.default_rng(1).normal(size=(20, 2)), np.tile([1, -1], 10)
+    for name, value in (("guide", "laplace"), ("schedule", "step"), ("learning_rate", 0.0),
+                        ("num_particles", 0), ("window", 0), ("rank", 0)):
+        with pytest.raises(ValueError, match=name):
+            ppl_bsvm.fit(X, y, model="linear", method="advi", **{name: value})

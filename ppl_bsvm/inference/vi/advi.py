@@ -225,25 +225,28 @@ def advi_step(static: Static, key, state: ADVIState, data):
     return ADVIState(svi_state, losses, state.step + 1), info
 
 
-def _draws(static: Static, params, data, key, num_draws: int, site: str):
-    """``num_draws`` draws of ``q`` at the model's sites (``f``/``u`` through the whitened
-    deterministic), and each draw's log density ratio ``log p - log q``."""
+@functools.lru_cache(maxsize=32)
+def _draws_program(static: Static, num_draws: int, site: str):
+    """``(params, data, key) -> (draws, log_ratios)``: ``num_draws`` draws of ``q`` at the
+    model's site (``f``/``u`` through the whitened deterministic) and each draw's log density
+    ratio ``log p - log q``; compiled once per configuration and shape."""
     svi = _svi(static)
     guide, model = svi.guide, svi.model
-    keys = jax.random.split(key, num_draws)
 
-    def one(k):
+    def one(params, data, k):
         trace = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)) \
             .get_trace(**data)
-        latent = {name: s["value"] for name, s in trace.items()
-                  if s["type"] == "sample" and not s["is_observed"]}
-        log_q = sum(jnp.sum(s["fn"].log_prob(s["value"])) for s in trace.values()
-                    if s["type"] == "sample" and not s["is_observed"])
+        sites = [s for s in trace.values() if s["type"] == "sample" and not s["is_observed"]]
+        latent = {s["name"]: s["value"] for s in sites}
+        log_q = sum(jnp.sum(s["fn"].log_prob(s["value"])) for s in sites)
         log_p, model_trace = log_density(model, (), data, latent)
-        value = model_trace[site]["value"]
-        return value, log_p - log_q
+        return model_trace[site]["value"], log_p - log_q
 
-    return jax.jit(jax.vmap(one))(keys)
+    def draws(params, data, key):
+        keys = jax.random.split(key, num_draws)
+        return jax.vmap(lambda k: one(params, data, k))(keys)
+
+    return jax.jit(draws)
 
 
 def _advi(static: Static, data: dict, options: ADVIOptions, key, resume, site: str):
@@ -260,7 +263,7 @@ def _advi(static: Static, data: dict, options: ADVIOptions, key, resume, site: s
     result = run(advi_step, state, data, static=static, key=k_loop, max_iter=options.max_iter,
                  tol=options.tol, min_iter=2 * static.window, resume=previous)
     params = _svi(static).get_params(result.state.svi)
-    draws, log_ratios = _draws(static, params, data, k_draws, options.num_draws, site)
+    draws, log_ratios = _draws_program(static, options.num_draws, site)(params, data, k_draws)
     return result, np.asarray(draws), np.asarray(log_ratios), time.perf_counter() - t0
 
 

@@ -166,6 +166,7 @@ def _figure(df: pd.DataFrame, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     problems = [p for p in df["problem"].unique() if df.loc[df.problem == p,
                                                             "sd_ratio_error"].notna().any()]
@@ -182,6 +183,8 @@ def _figure(df: pd.DataFrame, path: Path) -> None:
             ax.annotate(row.engine, (row.second_call_s, row.sd_ratio_error), fontsize=8,
                         xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
+        ax.set_yscale("log")  # from a sampler's 0.01 to ECM's point estimate, 7
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("seconds (second call)")
         ax.set_title(problem)
         ax.grid(alpha=0.3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ppl_bsvm
-from ppl_bsvm.inference.vi.advi import _smoothed_change
+from ppl_bsvm.inference.vi.advi import _smoothed_change, elbo_fell
 
 
 def test_with_a_flat_likelihood_the_full_rank_guide_finds_the_prior():
@@ -36,6 +36,23 @@ def test_the_stopping_statistic():
     assert float(_smoothed_change(np.r_[np.nan, flat[1:]], 200)) == np.inf  # not yet full
 
 
+def test_a_diverged_run_is_not_called_converged(heart):
+    """Adam at a step size far too large sends the ELBO down and leaves it there: the change
+    rule alone would stop at tol; the run is reported as diverged."""
+    rng = np.random.default_rng(0)
+    rising = -100.0 + np.linspace(-5.0, 0.0, 600) + rng.normal(size=600)
+    assert elbo_fell(rising, 200) is None
+    fallen = np.r_[rising, -5000.0 + rng.normal(size=400)]
+    best, last = elbo_fell(fallen, 200)
+    assert best > -101 and last < -4900
+    X, y = heart
+    with pytest.warns(ppl_bsvm.ConvergenceWarning, match=r"diverged: its smoothed ELBO fell"):
+        fit = ppl_bsvm.fit(X[:100], y[:100], model="gp", method="advi", guide="flow",
+                           learning_rate=0.05, max_iter=3000, window=200, num_draws=100,
+                           seed=2)
+    assert fit.stop_reason == "diverged" and not fit.converged
+
+
 @pytest.mark.parametrize("guide", ["normal", "mvn", "lowrank", "flow"])
 def test_every_guide_on_the_gp_model(heart, guide):
     X, y = heart
@@ -47,6 +64,18 @@ def test_every_guide_on_the_gp_model(heart, guide):
     assert fit.idata.attrs["guide"] == guide and fit.trace["elbo"].shape == (fit.n_iter,)
     p = fit.predict_proba(X[200:205])
     assert np.all((p > 0) & (p < 1))
+
+
+def test_fits_of_other_shapes_in_one_process(heart):
+    """The guide is set up for the data's shapes: a fit on more points after one on fewer
+    gets a guide of its own."""
+    X, y = heart
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)
+        for n in (30, 45):
+            fit = ppl_bsvm.fit(X[:n], y[:n], model="gp", method="advi", max_iter=20,
+                               num_draws=100, seed=0)
+            assert fit.posterior["f"].shape == (1, 100, n)
 
 
 def test_resumed_run_equals_the_uninterrupted_one(heart):

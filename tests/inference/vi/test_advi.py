@@ -91,9 +91,8 @@ def test_resumed_run_equals_the_uninterrupted_one(heart):
         resumed = ppl_bsvm.resume(part, X, y, max_iter=120)
     assert resumed.n_iter == whole.n_iter == 120
     np.testing.assert_array_equal(resumed.trace["elbo"][:50], whole.trace["elbo"][:50])
-    # the same steps from the same state; to the last bits only where one of the two runs'
-    # programs was compiled afresh and the other loaded from the persistent cache (seen: 15 of
-    # 70 ELBOs differing by 1e-16 relative with a warm cache, none with an empty one)
+    # the same steps from the same state: bit for bit with an empty compilation cache; with
+    # the suite's warm cache 15 of the 70 resumed ELBOs differed in the last bit (1e-16)
     np.testing.assert_allclose(resumed.trace["elbo"], whole.trace["elbo"], rtol=1e-12)
     np.testing.assert_allclose(resumed.posterior["u"].values, whole.posterior["u"].values,
                                rtol=1e-9, atol=1e-12)

@@ -43,7 +43,7 @@ import numpy as np
 import numpyro
 import optax
 from numpyro import handlers
-from numpyro.infer import SVI, Predictive, Trace_ELBO
+from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import (
     AutoIAFNormal,
     AutoLowRankMultivariateNormal,

@@ -19,8 +19,11 @@ every iterate, forms the Gaussian whose covariance is L-BFGS's inverse-Hessian e
 pools ``num_elbo_draws`` draws of each path's approximation and resamples ``num_draws`` of
 them with Pareto-smoothed importance weights against the exact posterior; the Pareto shape
 ``k-hat`` of those weights is the fit's own diagnostic (``idata.approximation.psis_khat``,
-:func:`ppl_bsvm.inference.vi.psis.khat_verdict`). BlackJAX does the paths
-(``blackjax.vi.multipathfinder.multi_approximate``) and the weights (``psis_weights``).
+:func:`ppl_bsvm.inference.vi.psis.khat_verdict`). BlackJAX does the paths (its single-path
+``blackjax.vi.pathfinder.approximate`` and ``sample``, vmapped over the paths as its
+``multi_approximate`` does, so that each path's ELBO trace is kept); the weights are the
+library's PSIS (:func:`~ppl_bsvm.inference.vi.psis.psis`, as for linear VI and ADVI, so that
+the engines' ``k-hat`` come from one implementation).
 
 The hinge makes the log density piecewise quadratic, with kinks where L-BFGS's curvature
 pairs mislead it: the paths stop early (``ftol``) and their Gaussians are narrower than the
@@ -37,7 +40,6 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.diagnostics import psis_weights
 from blackjax.vi.pathfinder import approximate, sample
 
 from ..._checks import positive_int

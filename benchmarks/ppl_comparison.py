@@ -238,8 +238,9 @@ def main(argv=None) -> int:
     rows = []
     for problem in args.problems:
         rows += run_problem(problem, args.quick)
+        # after every problem: a crash later (the process, not a fit) keeps what was measured
+        pd.DataFrame(rows).to_csv(args.out / "results.csv", index=False)
     df = pd.DataFrame(rows)
-    df.to_csv(args.out / "results.csv", index=False)
     _figure(df, args.out / "accuracy_vs_time.png")
     print(write_report(df, args.out, args, time.perf_counter() - start))
     return 0

@@ -58,6 +58,7 @@ __all__ = [
     "gp_bsvm",
     "sparse_gp_bsvm",
     "pseudo_likelihood",
+    "hinge_log_likelihood",
     "log_expected_pseudo_likelihood",
     "kernel_params_with",
     "hyperparameter_names",
@@ -66,6 +67,12 @@ __all__ = [
 
 def _hinge(margins):
     return jnp.maximum(0.0, 1.0 - margins)
+
+
+def hinge_log_likelihood(margins, gamma=1.0):
+    r"""The marginal pseudo-likelihood :math:`-2\gamma\sum_i \max(0, 1 - m_i)` of the margins
+    :math:`m_i = y_i f_i` (summed over the last axis)."""
+    return -2.0 * gamma * jnp.sum(_hinge(margins), axis=-1)
 
 
 def pseudo_likelihood(f, y, *, augmented: bool, gamma=1.0) -> None:
@@ -81,7 +88,7 @@ def pseudo_likelihood(f, y, *, augmented: bool, gamma=1.0) -> None:
         log_f = dist.Normal(f, jnp.sqrt(lam / gamma)).log_prob(y * (1.0 + lam))
         numpyro.factor("augmented_likelihood", jnp.sum(log_f, axis=-1))
     else:
-        numpyro.factor("hinge", -2.0 * gamma * jnp.sum(_hinge(y * f), axis=-1))
+        numpyro.factor("hinge", hinge_log_likelihood(y * f, gamma))
 
 
 def log_expected_pseudo_likelihood(mean, var, y, gamma=1.0):

@@ -35,6 +35,7 @@ __all__ = [
     "run_mcmc",
     "mcmc_approximation",
     "thin_draws",
+    "all_draws",
     "linear_predictor",
     "gp_predictor",
 ]
@@ -366,6 +367,14 @@ def thin_draws(draws, max_draws: int):
         return pooled
     idx = np.round(np.linspace(0, pooled.shape[0] - 1, max_draws)).astype(int)
     return pooled[idx]
+
+
+def all_draws(options):
+    """The predictors' settings (``max_predictive_draws``, ``link``) of an approximation
+    with ``num_draws`` draws and a ``link`` (ADVI, Pathfinder): every draw is averaged."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(max_predictive_draws=options.num_draws, link=options.link)
 
 
 def linear_predictor(beta_draws, intercept: bool, config: Sampler, gamma: float):

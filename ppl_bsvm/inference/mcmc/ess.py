@@ -38,15 +38,23 @@ import jax
 import jax.numpy as jnp
 from blackjax.mcmc.elliptical_slice import EllipSliceState, elliptical_proposal
 from jax import random
-from jax.scipy.linalg import solve_triangular
 
 from ..._memory import FLOAT, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
-from ...kernels import Kernel, gram
+from ...kernels import Kernel
 from ...result import Fit
 from .._common import gp_setup, linear_setup
+from ..marginal import (
+    MarginalPrior,
+    gp_inputs,
+    linear_inputs,
+    log_likelihood,
+    log_prior,
+    marginal_prior,
+    unwhiten,
+)
 from ._common import (
     check_positive_definite,
     gp_predictor,
@@ -56,22 +64,7 @@ from ._common import (
 )
 from .driver import ChainKernel
 
-__all__ = ["ESSOptions", "ESSLinearOptions", "ESSGPOptions", "ess_linear", "ess_gp",
-           "hinge_loglik"]
-
-
-def hinge_loglik(margins, gamma):
-    r"""The marginal pseudo-likelihood :math:`-2\gamma\sum_i \max(0, 1 - m_i)`."""
-    return -2.0 * gamma * jnp.sum(jnp.maximum(0.0, 1.0 - margins))
-
-
-class _Prior(NamedTuple):
-    """What a chain reads: the prior's factor (``scale``: a scalar ``s`` for ``s I``, or the
-    lower Cholesky factor of ``K``), the margins' map and ``gamma``."""
-
-    scale: jnp.ndarray
-    Z: jnp.ndarray  # (n, p) rows y_i x_i (linear), or (n,) the labels y (GP)
-    gamma: jnp.ndarray
+__all__ = ["ESSOptions", "ESSLinearOptions", "ESSGPOptions", "ess_linear", "ess_gp"]
 
 
 class ESSChain(NamedTuple):
@@ -83,25 +76,8 @@ class ESSChain(NamedTuple):
     n_steps: jnp.ndarray
 
 
-def _margins(prior: _Prior, x):
-    return prior.Z @ x if prior.Z.ndim == 2 else prior.Z * x
-
-
-def _loglik(prior: _Prior):
-    return lambda x: hinge_loglik(_margins(prior, x), prior.gamma)
-
-
-def _prior_draw(prior: _Prior, key, dim: int, dtype):
-    xi = random.normal(key, (dim,), dtype)
-    return prior.scale * xi if prior.scale.ndim == 0 else prior.scale @ xi
-
-
-def _log_prior(prior: _Prior, x):
-    """``log N(x; 0, Sigma)`` up to its constant (for ``lp``)."""
-    if prior.scale.ndim == 0:
-        return -0.5 * jnp.sum(x * x) / prior.scale**2
-    w = solve_triangular(prior.scale, x, lower=True)
-    return -0.5 * jnp.sum(w * w)
+def _prior_draw(prior: MarginalPrior, key, dim: int, dtype):
+    return unwhiten(prior, random.normal(key, (dim,), dtype))
 
 
 def _chain_kernel(site: str, dim: int, kernel: Kernel | None) -> ChainKernel:
@@ -109,23 +85,20 @@ def _chain_kernel(site: str, dim: int, kernel: Kernel | None) -> ChainKernel:
     ``gamma``; GP: ``X``, ``y``, ``params``, ``jitter``, ``gamma``), the kernel static."""
 
     def prepare(inputs):
-        if kernel is None:
-            return _Prior(inputs["prior_scale"], inputs["Z"], inputs["gamma"])
-        K = gram(kernel, inputs["params"], inputs["X"], inputs["jitter"])
-        return _Prior(jnp.linalg.cholesky(K), inputs["y"], inputs["gamma"])
+        return marginal_prior(inputs, kernel)
 
     def init(keys, prior):
         def one(key):
             key, sub = random.split(key)
             x = _prior_draw(prior, sub, dim, prior.gamma.dtype)  # overdispersed: the prior
-            return ESSChain(EllipSliceState(x, _loglik(prior)(x)), key,
+            return ESSChain(EllipSliceState(x, log_likelihood(prior, x)), key,
                             jnp.zeros((), jnp.int32))
         return jax.vmap(one)(keys)
 
     def step_one(chain: ESSChain, prior):
         key, sub = random.split(chain.rng_key)
         proposal = elliptical_proposal(
-            _loglik(prior), lambda k, x: _prior_draw(prior, k, dim, x.dtype),
+            lambda x: log_likelihood(prior, x), lambda k, x: _prior_draw(prior, k, dim, x.dtype),
             jnp.zeros((), prior.gamma.dtype),
         )
         state, info = proposal(sub, chain.ess)
@@ -136,7 +109,7 @@ def _chain_kernel(site: str, dim: int, kernel: Kernel | None) -> ChainKernel:
 
     def collect(chains, prior):
         x = chains.ess.position
-        lp = chains.ess.logdensity + jax.vmap(lambda v: _log_prior(prior, v))(x)
+        lp = chains.ess.logdensity + jax.vmap(lambda v: log_prior(prior, v))(x)
         return {"z": {site: x}, "extra": {"lp": lp, "n_steps": chains.n_steps}}
 
     return ChainKernel(prepare, init, step, collect)
@@ -217,8 +190,7 @@ def ess_linear(problem: Problem, options: ESSLinearOptions, *, key,
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
     setup = linear_setup(problem, options.intercept)
-    inputs = {"Z": setup.Z, "prior_scale": jnp.asarray(options.prior_scale, jnp.float64),
-              "gamma": jnp.asarray(options.gamma, jnp.float64)}
+    inputs = linear_inputs(setup, options.prior_scale, options.gamma)
     run = _run("beta", setup.Z.shape[1], None, inputs, options, key, resume)
     return mcmc_approximation(
         run, options, method="ess", model="linear", problem=problem,
@@ -248,9 +220,7 @@ def ess_gp(problem: Problem, options: ESSGPOptions, *, key, kernel: Kernel,
     """
     setup = gp_setup(problem, kernel, options.jitter)
     check_positive_definite(setup)
-    inputs = {"X": setup.X, "y": setup.y, "params": setup.params,
-              "jitter": jnp.asarray(setup.jitter, jnp.float64),
-              "gamma": jnp.asarray(options.gamma, jnp.float64)}
+    inputs = gp_inputs(setup, options.gamma)
     run = _run("f", problem.n, kernel, inputs, options, key, resume)
     return mcmc_approximation(
         run, options, method="ess", model="gp", problem=problem, sample_stats=_stats(run),

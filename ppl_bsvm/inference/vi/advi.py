@@ -64,7 +64,13 @@ from ...result import Fit
 from .._common import gaussian_idata, gp_setup, linear_setup
 from ..inducing import INDUCING_METHODS, inducing_prior
 from ..loop import run
-from ..mcmc._common import check_positive_definite, gp_predictor, linear_predictor
+from ..marginal import gp_inputs
+from ..mcmc._common import (
+    all_draws,
+    check_positive_definite,
+    gp_predictor,
+    linear_predictor,
+)
 from ..mcmc.nuts import _inducing_locations, _sparse_predictor
 from .psis import MIN_DRAWS, psis
 
@@ -176,7 +182,6 @@ class ADVIState(NamedTuple):
 
     svi: Any
     losses: jnp.ndarray
-    step: jnp.ndarray
     nonfinite_ok = ("losses",)
 
 
@@ -233,7 +238,7 @@ def advi_step(static: Static, key, state: ADVIState, data):
     svi_state, loss = _svi(static).update(state.svi._replace(rng_key=key), **data)
     losses = jnp.roll(state.losses, -1).at[-1].set(loss)
     info = ADVIInfo(-loss, _smoothed_change(losses, static.window))
-    return ADVIState(svi_state, losses, state.step + 1), info
+    return ADVIState(svi_state, losses), info
 
 
 @functools.lru_cache(maxsize=32)
@@ -269,8 +274,7 @@ def _advi(static: Static, data: dict, options: ADVIOptions, key, resume, site: s
     if previous is None:
         with numpyro.validation_enabled(False):
             svi_state = _svi(static).init(k_init, **data)
-        state = ADVIState(svi_state, jnp.full(2 * static.window, jnp.nan),
-                          jnp.zeros((), jnp.int32))
+        state = ADVIState(svi_state, jnp.full(2 * static.window, jnp.nan))
     result = run(advi_step, state, data, static=static, key=k_loop, max_iter=options.max_iter,
                  tol=options.tol, min_iter=2 * static.window, resume=previous)
     fell = elbo_fell(np.asarray(result.infos.elbo), static.window)
@@ -341,13 +345,6 @@ def _approximation(problem, config, result, draws, log_ratios, seconds, site, mo
                                   trace=trace, checkpoint=result, **fields)
 
 
-def _every_draw(options):
-    """Predictions average over all ``num_draws`` draws of ``q``."""
-    from types import SimpleNamespace
-
-    return SimpleNamespace(max_predictive_draws=options.num_draws, link=options.link)
-
-
 def _guide_floats(dim: int, options: dict) -> int:
     """The guide's parameters and Adam's two moments of them (``dim^2`` for ``mvn``)."""
     guide = options.get("guide", "mvn")
@@ -394,7 +391,7 @@ def advi_linear(problem: Problem, options: ADVILinearOptions, *, key,
             "gamma": jnp.asarray(options.gamma, jnp.float64)}
     result, draws, ratios, seconds = _advi(_static("linear", options, data), data, options,
                                            key, resume, "beta")
-    predictor = linear_predictor(draws[None], options.intercept, _every_draw(options),
+    predictor = linear_predictor(draws[None], options.intercept, all_draws(options),
                                  options.gamma)
     return _approximation(problem, options, result, draws, ratios, seconds, "beta", "linear",
                           predictor, {"feature": setup.features})
@@ -407,12 +404,6 @@ def _gp_bytes(n: int, d: int, options: dict) -> int:
 
 _gp_bytes.hint = ("method='advi' keeps n x n matrices (and n^2 guide parameters with "
                   "guide='mvn'): use model='sparse_gp', or guide='normal' or 'lowrank'")
-
-
-def _gp_data(setup, gamma) -> dict:
-    return {"X": setup.X, "y": setup.y, "params": setup.params,
-            "jitter": jnp.asarray(setup.jitter, jnp.float64),
-            "gamma": jnp.asarray(gamma, jnp.float64)}
 
 
 @register("advi", ("gp",), options=ADVIGPOptions, budget="max_iter", memory=_gp_bytes)
@@ -436,10 +427,10 @@ def advi_gp(problem: Problem, options: ADVIGPOptions, *, key, kernel: Kernel,
     """
     setup = gp_setup(problem, kernel, options.jitter)
     check_positive_definite(setup)
-    data = _gp_data(setup, options.gamma)
+    data = gp_inputs(setup, options.gamma)
     result, draws, ratios, seconds = _advi(_static("gp", options, data, kernel), data,
                                            options, key, resume, "f")
-    predictor = gp_predictor(kernel, setup, draws[None], _every_draw(options), options.gamma)
+    predictor = gp_predictor(kernel, setup, draws[None], all_draws(options), options.gamma)
     return _approximation(problem, options, result, draws, ratios, seconds, "f", "gp",
                           predictor, kernel_params=setup.params, jitter=setup.jitter)
 
@@ -475,12 +466,12 @@ def advi_sparse_gp(problem: Problem, options: ADVISparseGPOptions, *, key, kerne
         Z = _inducing_locations(problem, options.inducing, options.num_inducing, k_inducing)
     setup = gp_setup(problem, kernel, options.jitter)
     Zj = jnp.asarray(Z)
-    data = {**_gp_data(setup, options.gamma), "inducing": Zj}
+    data = {**gp_inputs(setup, options.gamma), "inducing": Zj}
     result, draws, ratios, seconds = _advi(_static("sparse_gp", options, data, kernel), data,
                                            options, key, resume, "u")
     prior = inducing_prior(kernel, setup.params, Zj, setup.jitter)
     predictor = _sparse_predictor(kernel, setup.params, prior, draws[None],
-                                  _every_draw(options), options.gamma)
+                                  all_draws(options), options.gamma)
     return _approximation(problem, options, result, draws, ratios, seconds, "u", "sparse_gp",
                           predictor, options={"inducing_points": Z},
                           kernel_params=setup.params, jitter=setup.jitter)

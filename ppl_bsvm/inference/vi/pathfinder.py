@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from functools import partial
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -47,11 +46,16 @@ from ..._memory import FLOAT, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Draws, Jitter, LinearPrior, Link, Temperature
-from ...kernels import Kernel, gram
+from ...kernels import Kernel
 from .._common import gaussian_idata, gp_setup, linear_setup
 from .psis import MIN_DRAWS, psis
-from ..mcmc._common import check_positive_definite, gp_predictor, linear_predictor
-from ..mcmc.ess import hinge_loglik
+from ..mcmc._common import (
+    all_draws,
+    check_positive_definite,
+    gp_predictor,
+    linear_predictor,
+)
+from ..marginal import gp_inputs, linear_inputs, log_likelihood, marginal_prior, unwhiten
 
 __all__ = ["PathfinderOptions", "PathfinderLinearOptions", "PathfinderGPOptions",
            "pathfinder_linear", "pathfinder_gp"]
@@ -99,17 +103,6 @@ class PathfinderGPOptions(PathfinderOptions, Jitter):
     """Options of :func:`pathfinder_gp`."""
 
 
-def _factor(inputs, kernel):
-    """The whitening map's factor: ``s`` (linear) or the Cholesky factor of ``K`` (GP)."""
-    if kernel is None:
-        return inputs["prior_scale"]
-    return jnp.linalg.cholesky(gram(kernel, inputs["params"], inputs["X"], inputs["jitter"]))
-
-
-def _unwhiten(factor, v):
-    return factor * v if jnp.ndim(factor) == 0 else v @ factor.T
-
-
 @partial(jax.jit, static_argnames=("kernel", "dim", "num_paths", "max_iter", "maxcor",
                                    "num_elbo_draws"))
 def _run(key, inputs, *, kernel, dim, num_paths, max_iter, maxcor, num_elbo_draws):
@@ -117,14 +110,11 @@ def _run(key, inputs, *, kernel, dim, num_paths, max_iter, maxcor, num_elbo_draw
     the pooled draws of ``x`` (``num_paths * num_elbo_draws``), their log density ratios
     ``log p - log q``, each path's ELBO trace (``-inf`` after it stopped) and the iterations
     it ran."""
-    factor = _factor(inputs, kernel)
-    Z, gamma = inputs["Z"], inputs["gamma"]
-
-    def margins(x):
-        return Z @ x if Z.ndim == 2 else Z * x
+    prior = marginal_prior(inputs, kernel)
+    gamma = prior.gamma
 
     def logdensity(v):
-        return -0.5 * jnp.sum(v * v) + hinge_loglik(margins(_unwhiten(factor, v)), gamma)
+        return -0.5 * jnp.sum(v * v) + log_likelihood(prior, unwhiten(prior, v))
 
     # BlackJAX's multi-path Pathfinder (``vi.multipathfinder.multi_approximate``) from its
     # single-path pieces, so that each path's ELBO trace is kept: its iterations are the fit's
@@ -138,7 +128,7 @@ def _run(key, inputs, *, kernel, dim, num_paths, max_iter, maxcor, num_elbo_draw
     logp = jax.vmap(jax.vmap(logdensity))(pool)
     elbo = info.path.elbo  # (num_paths, max_iter + 1), -inf after a path stopped
     iterations = jnp.sum(jnp.isfinite(elbo), axis=1)  # ELBOs at iterates 0 .. iter_num - 1
-    return _unwhiten(factor, pool.reshape(-1, dim)), (logp - logq).ravel(), elbo, iterations
+    return unwhiten(prior, pool.reshape(-1, dim)), (logp - logq).ravel(), elbo, iterations
 
 
 def _resample(key, pool, log_ratios, num_draws):
@@ -191,11 +181,6 @@ def _stop_detail(options, iterations) -> str | None:
             "max_iter")
 
 
-def _every_draw(options):
-    """The samplers' predictive settings: predictions average over all ``num_draws``."""
-    return SimpleNamespace(max_predictive_draws=options.num_draws, link=options.link)
-
-
 def _approximation(problem, options, site, x, khat, importance, elbo, iterations, stop,
                    seconds, predictor, coords, model, **fields) -> Approximation:
     ess, pooled = importance
@@ -240,10 +225,9 @@ def pathfinder_linear(problem: Problem, options: PathfinderLinearOptions, *,
     link : str, default="probit"
     """
     setup = linear_setup(problem, options.intercept)
-    inputs = {"Z": setup.Z, "prior_scale": jnp.asarray(options.prior_scale, jnp.float64),
-              "gamma": jnp.asarray(options.gamma, jnp.float64)}
+    inputs = linear_inputs(setup, options.prior_scale, options.gamma)
     result = _pathfinder(problem, options, key, None, inputs, setup.Z.shape[1])
-    predictor = linear_predictor(result[0][None], options.intercept, _every_draw(options),
+    predictor = linear_predictor(result[0][None], options.intercept, all_draws(options),
                                  options.gamma)
     return _approximation(problem, options, "beta", *result, predictor,
                           {"feature": setup.features}, "linear")
@@ -288,11 +272,9 @@ def pathfinder_gp(problem: Problem, options: PathfinderGPOptions, *, key,
     """
     setup = gp_setup(problem, kernel, options.jitter)
     check_positive_definite(setup)
-    inputs = {"X": setup.X, "Z": setup.y, "params": setup.params,
-              "jitter": jnp.asarray(setup.jitter, jnp.float64),
-              "gamma": jnp.asarray(options.gamma, jnp.float64)}
+    inputs = gp_inputs(setup, options.gamma)
     result = _pathfinder(problem, options, key, kernel, inputs, problem.n)
-    predictor = gp_predictor(kernel, setup, result[0][None], _every_draw(options),
+    predictor = gp_predictor(kernel, setup, result[0][None], all_draws(options),
                              options.gamma)
     return _approximation(problem, options, "f", *result, predictor, None, "gp",
                           kernel_params=setup.params, jitter=setup.jitter)

@@ -36,13 +36,14 @@ from ._common import machine_note, markdown_table
 
 OUT = Path("reports/ppl_comparison")
 
-SAMPLERS = ("gibbs", "nuts", "ess")
+SAMPLERS = ("gibbs", "nuts", "ess", "mclmc")
 
 ENGINES = {
     # name: (method, options)
     "gibbs": ("gibbs", {}),
     "nuts": ("nuts", {}),
     "ess": ("ess", {}),
+    "mclmc": ("mclmc", {}),
     "vi": ("vi", {}),
     "vi + LR": ("vi", {"linear_response": True}),
     "svi": ("svi", {}),

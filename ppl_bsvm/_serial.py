@@ -46,11 +46,11 @@ _FUNCTIONS: dict[str, Any] = {}
 _OBJECTS: dict[str, type] = {}
 _STATE_MODULES = ("numpyro.infer.hmc", "numpyro.infer.hmc_util", "numpyro.infer.mcmc",
                   "optax._src.transform", "optax._src.base", "numpyro.infer.svi",
-                  "blackjax.mcmc.elliptical_slice")
+                  "blackjax.mcmc.elliptical_slice", "blackjax.mcmc.dynamic_hmc")
 """Modules outside ppl_bsvm whose ``NamedTuple`` states a saved checkpoint holds: NumPyro's
 samplers' and ``SVIState`` (``inference.vi.advi``), optax's optimiser states (the Adam of
 hyperparameter learning, ``inference.vi.hyper``, and of ADVI) and BlackJAX's samplers'
-(``inference.mcmc.ess``)."""
+(``inference.mcmc.ess``, ``inference.mcmc.mclmc``)."""
 
 
 def _name(obj) -> str:

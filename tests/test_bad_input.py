@@ -250,6 +250,7 @@ def test_float32_estimator(data):
     [
         ("gibbs", {"num_samples": 10, "num_warmup": 10, "num_chains": 2}),
         ("ess", {"num_samples": 10, "num_warmup": 10, "num_chains": 2}),
+        ("mclmc", {"num_samples": 10, "num_warmup": 10, "num_chains": 2}),
         ("vi", {"max_iter": 20, "num_draws": 50}),
         ("pathfinder", {"num_draws": 50}),
         ("advi", {"max_iter": 50, "window": 10, "num_draws": 50}),

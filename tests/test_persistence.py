@@ -126,7 +126,7 @@ RESUMABLE = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,method", [("linear", "nuts"), ("gp", "ess")])
+@pytest.mark.parametrize("model,method", [("linear", "nuts"), ("gp", "ess"), ("linear", "mclmc")])
 def test_extending_a_saved_sampler_run_equals_the_longer_run(small, tmp_path, model, method):
     X, y, Xt = small
     options = {"num_warmup": 30, "num_chains": 2}

@@ -13,9 +13,9 @@ def test_problems_hold_out_a_quarter_and_skip_what_cannot_run():
         assert set(np.unique(y)) <= {-1, 1} and set(engines) <= set(P.ENGINES)
         methods = {P.ENGINES[e][0] for e in engines}
         if model == "sparse_gp":  # no sampler and no n x n engine at 10^4-10^5 points
-            assert not methods & {"gibbs", "nuts", "ess", "vi", "ecm", "pathfinder"}
+            assert not methods & {"gibbs", "nuts", "ess", "mclmc", "vi", "ecm", "pathfinder"}
         else:
-            assert {"gibbs", "nuts", "ess", "advi", "pathfinder", "vi"} <= methods
+            assert {"gibbs", "nuts", "ess", "mclmc", "advi", "pathfinder", "vi"} <= methods
 
 
 def test_report_and_figure_from_results(tmp_path):

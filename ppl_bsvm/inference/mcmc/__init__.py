@@ -1,8 +1,8 @@
-"""MCMC engines: the exact Gibbs sampler (a NumPyro ``MCMCKernel``), NUTS and BlackJAX's
-elliptical slice sampler.
+"""MCMC engines: the exact Gibbs sampler (a NumPyro ``MCMCKernel``), NUTS, and BlackJAX's
+elliptical slice sampler and adjusted MCLMC.
 
-Importing this package registers ``method="gibbs"`` and ``method="ess"`` (models ``linear``,
-``gp``) and ``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with
+Importing this package registers ``method="gibbs"``, ``method="ess"`` and ``method="mclmc"``
+(models ``linear``, ``gp``) and ``method="nuts"`` (models ``linear``, ``gp``, ``sparse_gp``) with
 ``ppl_bsvm.fit``.
 """
 
@@ -10,6 +10,7 @@ from .._common import LinearData
 from ._common import RHAT_LIMIT, ConvergenceWarning, DivergenceWarning, check_finite
 from . import gibbs  # noqa: F401  registers method="gibbs"
 from . import ess  # noqa: F401  registers method="ess"
+from . import mclmc  # noqa: F401  registers method="mclmc"
 from .conditionals import (
     GramRows,
     gram_rows,

@@ -456,14 +456,15 @@ def mcmc_approximation(
     )
 
 
-def warn_divergences(diverging, target_accept_prob: float, hint: str = "") -> int:
+def warn_divergences(diverging, target_accept_prob: float, hint: str = "", *,
+                     sampler: str = "NUTS") -> int:
     """Count divergent transitions and warn (:class:`DivergenceWarning`) when there are any."""
     diverging = np.asarray(diverging)
     count = int(diverging.sum())
     if count:
         per_chain = diverging.reshape(diverging.shape[0], -1).sum(axis=1).tolist()
         warnings.warn(
-            f"NUTS had {count} divergent transition(s) after warmup "
+            f"{sampler} had {count} divergent transition(s) after warmup "
             f"({100.0 * count / diverging.size:.1f}% of {diverging.size} draws; per chain "
             f"{per_chain}): the draws may be biased. Raise target_accept_prob (now "
             f"{target_accept_prob:g}){hint}.",

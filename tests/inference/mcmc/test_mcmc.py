@@ -399,13 +399,14 @@ def plane_fits(plane):
                                                   **common),
         "nuts": lambda: ppl_bsvm.fit(X, y, method="nuts", seed=3, **common),
         "ess": lambda: ppl_bsvm.fit(X, y, method="ess", seed=9, **common),
+        "mclmc": lambda: ppl_bsvm.fit(X, y, method="mclmc", seed=10, **common),
     })
 
 
 @pytest.mark.parametrize(
     "sampler",
     ["gibbs", "gibbs_full", "gibbs_textbook", "gibbs_overrelaxed", "gibbs_fixed_lines", "nuts",
-     "ess"],
+     "ess", "mclmc"],
 )
 def test_linear_2d_posterior_matches_grid_quadrature(plane, plane_fits, sampler):
     mean, sd = plane[2:]
@@ -435,6 +436,28 @@ def test_gibbs_fit_face(plane, plane_fits):
     X, y = plane[:2]
     lp = -0.5 * b @ b - 2 * np.maximum(0, 1 - y * (X @ b)).sum()
     assert float(stats_["lp"].values[1, 7]) == pytest.approx(lp, rel=1e-10)
+
+
+def test_mclmc_fit_face(plane, plane_fits):
+    """Adjusted MCLMC's fields: each chain keeps the step size its tuning found, the step is
+    tuned to the target acceptance, trajectories average ``num_integration_steps`` steps, and
+    ``lp`` is the whitened log posterior of the stored draw."""
+    fit = plane_fits["mclmc"]
+    stats_ = fit.idata.sample_stats
+    assert set(stats_.data_vars) >= {"lp", "acceptance_rate", "diverging", "n_steps",
+                                     "step_size"}
+    step = stats_["step_size"].values
+    assert np.all(step == step[:, :1]) and np.all(step > 0)
+    # 8000 draws of an acceptance probability in [0, 1]: the mean's standard error is < 0.006
+    assert abs(float(stats_["acceptance_rate"].mean()) - 0.9) < 0.05
+    # lengths uniform on 1..31 (mean 16, sd 9): over 8000 draws a standard error of 0.1
+    assert abs(float(stats_["n_steps"].mean()) - 16) < 0.5
+    assert int(stats_["diverging"].sum()) == 0
+    assert fit.n_iter == 2500 and fit.options["num_warmup"] == 500
+    b = fit.posterior["beta"].values[2, 11]
+    X, y = plane[:2]
+    lp = -0.5 * b @ b - 2 * np.maximum(0, 1 - y * (X @ b)).sum()  # prior_scale 1: v = beta
+    assert float(stats_["lp"].values[2, 11]) == pytest.approx(lp, rel=1e-10)
 
 
 def test_learned_directions_are_the_posterior_principal_axes(plane_fits):
@@ -533,6 +556,7 @@ def curve_fits(curve):
         # draw here): ten times the draws, thinned to the others' number
         "ess": lambda: ppl_bsvm.fit(X, y, method="ess", seed=6, **{
             **common, "num_samples": 20000, "num_warmup": 2000, "thinning": 10}),
+        "mclmc": lambda: ppl_bsvm.fit(X, y, method="mclmc", seed=11, **common),
     })
 
 
@@ -551,7 +575,7 @@ def _summary(fit, var):
     return az.summary(fit.idata, var_names=var, round_to="none")
 
 
-@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_plain", "gibbs_cg", "ess"])
+@pytest.mark.parametrize("gibbs", ["gibbs", "gibbs_plain", "gibbs_cg", "ess", "mclmc"])
 def test_gibbs_and_nuts_agree_on_a_small_gp(curve_fits, gibbs):
     g, n = _summary(curve_fits[gibbs], "f"), _summary(curve_fits["nuts"], "f")
     se_mean = np.hypot(g["mcse_mean"].values, n["mcse_mean"].values)

@@ -114,7 +114,15 @@ def log_expected_pseudo_likelihood(mean, var, y, gamma=1.0):
     return jnp.logaddexp(above, below)
 
 
-def linear_bsvm(X, y, prior_scale=1.0, augmented: bool = False, gamma=1.0) -> None:
+def _subsample_check(subsample_size, augmented: bool) -> None:
+    if subsample_size is not None and augmented:
+        raise ValueError("subsample_size needs augmented=False: the augmented model's lam "
+                         "are local latent variables, which a subsampled plate would leave "
+                         "without a guide")
+
+
+def linear_bsvm(X, y, prior_scale=1.0, augmented: bool = False, gamma=1.0,
+                subsample_size: int | None = None) -> None:
     r"""Linear Bayesian SVM: ``beta ~ N(0, prior_scale^2 I)``, ``f = X beta``.
 
     Parameters
@@ -128,12 +136,22 @@ def linear_bsvm(X, y, prior_scale=1.0, augmented: bool = False, gamma=1.0) -> No
         Marginal hinge factor (``False``) or the augmented form with ``lam`` (``True``).
     gamma : float, default=1.0
         Temperature of the pseudo-likelihood.
+    subsample_size : int, optional
+        Evaluate the hinge factor on this many points drawn without replacement (plate
+        ``obs``, scaled by ``n / subsample_size``: an unbiased estimate of the log density for
+        stochastic VI); ``augmented=False`` only.
     """
+    _subsample_check(subsample_size, augmented)
     X = jnp.asarray(X)
     beta = numpyro.sample(
         "beta", dist.Normal(jnp.zeros((), X.dtype), prior_scale).expand([X.shape[1]]).to_event(1)
     )
-    pseudo_likelihood(X @ beta, jnp.asarray(y, X.dtype), augmented=augmented, gamma=gamma)
+    y = jnp.asarray(y, X.dtype)
+    if subsample_size is None:
+        pseudo_likelihood(X @ beta, y, augmented=augmented, gamma=gamma)
+        return
+    with numpyro.plate("obs", X.shape[0], subsample_size=subsample_size) as rows:
+        numpyro.factor("hinge", -2.0 * gamma * _hinge(y[rows] * (X[rows] @ beta)))
 
 
 def hyperparameter_names(kernel: Kernel, params) -> list[str]:
@@ -274,6 +292,7 @@ def sparse_gp_bsvm(
     jitter: float = DEFAULT_JITTER,
     whiten: bool = True,
     hyperpriors: Mapping | None = None,
+    subsample_size: int | None = None,
 ) -> None:
     r"""Sparse GP Bayesian SVM with inducing values ``u = f(Z)`` (FITC-style conditional).
 
@@ -301,17 +320,27 @@ def sparse_gp_bsvm(
         As for :func:`gp_bsvm` (``jitter`` is added to ``Kmm``).
     whiten : bool, default=True
         Site ``u_whitened ~ N(0, I)`` and the deterministic ``u = L u_whitened``.
+    subsample_size : int, optional
+        As for :func:`linear_bsvm`: the factor on a subsample of the points (plate ``obs``),
+        whose projections alone are computed (``O(subsample_size m)``).
     """
     from .inference.inducing import inducing_prior, project  # not at the top: import cycle
 
+    _subsample_check(subsample_size, augmented)
     X = jnp.asarray(X)
     Z = jnp.asarray(inducing, X.dtype)
     params = _kernel_params(kernel, X, params, hyperpriors)
     prior = inducing_prior(kernel, params, Z, jitter)
     u = _latent_gaussian("u", prior.chol, whiten)
+    y = jnp.asarray(y, X.dtype)
+    if subsample_size is not None:
+        with numpyro.plate("obs", X.shape[0], subsample_size=subsample_size) as rows:
+            proj = project(kernel, params, prior, X[rows])
+            numpyro.factor("expected_pseudo_likelihood", log_expected_pseudo_likelihood(
+                proj.kappa @ u, proj.ktilde, y[rows], gamma))
+        return
     proj = project(kernel, params, prior, X)
     mean = proj.kappa @ u
-    y = jnp.asarray(y, X.dtype)
     if augmented:
         with numpyro.plate("obs", X.shape[0]):
             lam = numpyro.sample("lam", dist.ImproperUniform(constraints.positive, (), ()))

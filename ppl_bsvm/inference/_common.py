@@ -43,7 +43,7 @@ class GPSetup(NamedTuple):
     X: jnp.ndarray  # (n, d)
     y: jnp.ndarray  # (n,) in {-1, +1}
     params: dict  # unconstrained kernel hyperparameters
-    K: jnp.ndarray  # (n, n)
+    K: jnp.ndarray | None  # (n, n); None for the sparse engines
     jitter: float
 
 
@@ -132,11 +132,17 @@ class GPData(NamedTuple):
     pcg: Any = None
 
 
-def gp_setup(problem: Problem, kernel: Kernel, jitter: float) -> GPSetup:
+def gp_setup(problem: Problem, kernel: Kernel, jitter: float, *,
+             kernel_matrix: bool = True) -> GPSetup:
+    """The problem as device arrays, the kernel's initial parameters and, unless
+    ``kernel_matrix=False`` (the sparse engines, which never form the ``n x n`` matrix: at
+    10^5 points it is 80 GB), the checked kernel matrix (``K`` None otherwise)."""
     jitter = nonnegative_float("jitter", jitter)
     X = jnp.asarray(problem.X, dtype=jnp.float64)
     y = jnp.asarray(problem.y, dtype=jnp.float64)
     params = kernel.init_params(problem.X)
+    if not kernel_matrix:
+        return GPSetup(X, y, params, None, jitter)
     K = gram(kernel, params, X, jitter)
     check_kernel_matrix(K, kernel, jitter)
     return GPSetup(X, y, params, K, jitter)

@@ -467,7 +467,7 @@ def nuts_sparse_gp(problem: Problem, options: NUTSSparseGPOptions, *, key, kerne
     """
     k_inducing, key = jax.random.split(key)
     Z = _inducing_locations(problem, options.inducing, options.num_inducing, k_inducing)
-    setup = gp_setup(problem, kernel, options.jitter)
+    setup = gp_setup(problem, kernel, options.jitter, kernel_matrix=False)
     Zj = jnp.asarray(Z)
     prior = inducing_prior(kernel, setup.params, Zj, setup.jitter)
     model_kwargs = {"kernel": kernel, "inducing": Zj, "params": setup.params,

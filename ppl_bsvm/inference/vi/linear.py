@@ -42,7 +42,9 @@ Linear response (``linear_response=True``, both methods): the covariance of ``q(
 replaced by ``d mu*(t) / dt`` at ``t = 0``, the response of the batch fixed point of eq. 14 to
 the tilt ``log p + t^T beta`` (Giordano et al. 2018, eq. 5), by implicit differentiation in
 :mod:`~ppl_bsvm.inference.vi.lrvb`: ``Cov_LR = [(I - dG/dtheta)^{-1} dG/dt]_mu`` with
-``theta = (mu, vech zeta)``.
+``theta = (mu, vech zeta)``, computed in closed form (``lrvb.sites_linear_response``: an
+``n x n`` solve or the data's fourth moments, whichever is cheaper, ``O(min(n^2 p + n^3,
+n p^4 + p^6))``, rather than ``p (p + 3) / 2`` Jacobian passes).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ from ._svi import (
     svi_step,
 )
 from ._options import HyperEvery, Learn, LinearResponse, Polish, Stochastic
-from .lrvb import Sites, accept, sites_response
+from .lrvb import Sites, accept, sites_linear_response
 from .psis import linear_log_ratios, psis
 
 __all__ = [
@@ -440,14 +442,14 @@ def _data(setup, prior_scale, gamma, learn, scale=1.0, period=0, order=None,
 
 def _linear_response(data: LinearData, mu, chol, log_s, method: str):
     """The linear-response covariance of ``q(beta)`` at the fixed point of eq. 14 over all
-    data reached from ``(mu, chol)`` (``lrvb.sites_response``; the prior scale held at its
+    data reached from ``(mu, chol)`` (``lrvb.sites_linear_response``; the prior scale held at its
     value), checked by ``lrvb.accept``: ``(cov, status)``."""
     p = mu.shape[0]
     factor = cov_factor(chol)
     Sigma = factor @ factor.T
     sites = Sites(data.Z, jnp.eye(p, dtype=mu.dtype) * jnp.exp(-2.0 * log_s), data.gamma,
                   jnp.zeros((), mu.dtype))
-    cov, residual, _ = sites_response(sites, mu, Sigma)
+    cov, residual, _ = sites_linear_response(sites, mu, Sigma)
     return accept(cov, Sigma, residual, f'fit(model="linear", method="{method}")', stacklevel=5)
 
 

@@ -103,6 +103,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...exceptions import ConvergenceWarning
 from .. import gaussian
+from ..mvn import cov_factor
 from .fixed_point import ANDERSON_DEPTH, anderson, pack, unpack
 
 __all__ = [
@@ -113,6 +114,7 @@ __all__ = [
     "unpack",
     "response",
     "sites_response",
+    "sites_linear_response",
     "polish",
     "relative_change",
     "POLISH_ITER",
@@ -255,6 +257,59 @@ def sites_response(sites: Sites, mu, Sigma, max_iter: int | None = None):
     P = p + p * (p + 1) // 2
     max_iter = POLISH_ITER if max_iter is None else max_iter
     return _sites_response(sites, mu, Sigma, _chunk(n, p, P), max_iter)
+
+
+MOMENT_FLOATS = 2**22
+"""Floats of each ``(p (p + 1) / 2, rows)`` product in a chunk of :func:`moments_add` rows."""
+
+
+@partial(jax.jit, static_argnames=("chunk", "max_iter"))
+def _sites_closed_form(sites: Sites, mu, Sigma, chunk: int, max_iter: int):
+    p = mu.shape[0]
+    fixed_map = partial(sites_map, sites)
+    zero = jnp.zeros(p, mu.dtype)
+    theta, _ = polish(lambda th: fixed_map(th, zero), pack(mu, Sigma), max_iter)
+    residual = relative_change(theta, fixed_map(theta, zero))
+    mu, Sigma = unpack(theta, p)
+    Z = sites.Z
+    n = Z.shape[0]
+    r = 1.0 - Z @ mu
+    alpha = r**2 + jnp.sum((Z @ Sigma) * Z, axis=1) + sites.offset
+    # the fixed point's precision, whose factor P_L gives S = P_L^{-T} (module doc)
+    chol_prec = jnp.linalg.cholesky((Z.T * (sites.gamma / jnp.sqrt(alpha))) @ Z
+                                    + sites.prior_prec)
+    W = Z @ cov_factor(chol_prec)
+    g = 0.5 * sites.gamma * alpha**-1.5
+    if chunk == 0:
+        factor = sites_dense_factor(chol_prec, W, r, g, jnp.ones(n, bool))
+    else:
+        blocks = -(-n // chunk)
+        pad = blocks * chunk - n
+        Wp, rp, gp = (jnp.pad(a, ((0, pad),) + ((0, 0),) * (a.ndim - 1)) for a in (W, r, g))
+
+        def add(i, acc):
+            rows = lambda a: jax.lax.dynamic_slice_in_dim(a, i * chunk, chunk)  # noqa: E731
+            return moments_add(acc, rows(Wp), rows(rp), rows(gp))  # padding: g = 0
+
+        acc = jax.lax.fori_loop(0, blocks, add, moments_init(p, mu.dtype))
+        factor = sites_precision_factor(chol_prec, moments_gram(acc))
+    cov = cho_solve((factor, True), jnp.eye(p, dtype=mu.dtype))
+    return 0.5 * (cov + cov.T), residual, Sigma
+
+
+def sites_linear_response(sites: Sites, mu, Sigma, max_iter: int | None = None):
+    """:func:`sites_response` by the closed form (module doc): the ``n x n`` form
+    (:func:`sites_dense_factor`) or the moments (:func:`sites_precision_factor`), whichever
+    costs fewer operations, instead of ``P`` Jacobian passes and a ``P x P`` solve. At
+    ``n = 750``, ``p = 101`` (``P = 5,252``) the Jacobian route took 10 s; the same
+    covariance to rounding (tested)."""
+    n, p = sites.Z.shape
+    max_iter = POLISH_ITER if max_iter is None else max_iter
+    if dense_flops(n, p) <= moments_flops(n, p):
+        chunk = 0
+    else:
+        chunk = int(max(1, min(n, MOMENT_FLOATS // _tri(p))))
+    return _sites_closed_form(sites, mu, Sigma, chunk, max_iter)
 
 
 @jax.jit

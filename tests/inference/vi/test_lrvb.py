@@ -69,6 +69,31 @@ def test_linear_response_is_the_derivative_of_the_tilted_fixed_point(gamma):
     assert np.all(ratio < 0.8)
 
 
+@pytest.mark.parametrize("n,p,floats", [(30, 8, None), (60, 5, None), (60, 5, 15 * 7)])
+def test_closed_forms_equal_the_jacobian_route(monkeypatch, n, p, floats):
+    """``sites_linear_response`` (the engines' route: the ``n x n`` form at n = 30, p = 8; the
+    fourth moments at n = 60, p = 5, in one chunk and in chunks of 7 rows with a padded last
+    one) against ``sites_response``'s implicit differentiation by ``jvp`` columns."""
+    r = np.random.default_rng(n + p)
+    X = r.standard_normal((n, p))
+    y = np.where(X[:, 0] + r.standard_normal(n) > 0, 1.0, -1.0)
+    dense = lrvb.dense_flops(n, p) <= lrvb.moments_flops(n, p)
+    assert dense == (n == 30)
+    if floats is not None:
+        monkeypatch.setattr(lrvb, "MOMENT_FLOATS", floats)  # chunks of 7 rows
+    with jax.enable_x64(True):
+        sites = lrvb.Sites(jnp.asarray(y[:, None] * X), jnp.eye(p) / 2.0, jnp.asarray(1.3),
+                           jnp.zeros(()))
+        mu, Sigma = jnp.zeros(p), jnp.eye(p)
+        closed, res_closed, mf_closed = lrvb.sites_linear_response(sites, mu, Sigma)
+        jacobian, res_jac, mf_jac = lrvb.sites_response(sites, mu, Sigma)
+    assert closed.dtype == jnp.float64
+    np.testing.assert_allclose(closed, jacobian, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(mf_closed, mf_jac, rtol=1e-12)
+    assert float(res_closed) < lrvb.RESIDUAL_TOL
+    assert np.all(np.diag(closed) > np.diag(mf_closed))  # wider than mean-field
+
+
 def test_draws_and_predictive_use_the_linear_response_covariance():
     X, y = _problem()
     fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, num_draws=4000)

@@ -5,9 +5,12 @@ statistics):
 
 1. the GP Bayesian SVM's kernel hyperparameters are learned once by B-BSVM's ELBO and then held
    fixed, so that every method below targets the same posterior;
-2. GP model: the exact Gibbs sampler (ground truth) against B-BSVM (batch VI), S-BSVM
-   (inducing-point SVI) and ECM;
-3. linear model: Gibbs against coordinate-ascent VI;
+2. GP model: the exact Gibbs sampler (ground truth) against B-BSVM (batch VI), B-BSVM with
+   linear response (the covariance correction that repairs mean-field VI's too-narrow sds),
+   S-BSVM (inducing-point SVI), ECM, and the black-box VI a NumPyro user runs first: ADVI
+   with the full-rank guide (``AutoMultivariateNormal``, the best of NumPyro's autoguides on
+   this model in ``reports/ppl_comparison``);
+3. linear model: Gibbs against coordinate-ascent VI, VI with linear response and ADVI;
 
 and writes a report for each model plus an index to ``reports/demo/`` (``out`` to change).
 
@@ -27,8 +30,8 @@ from .report import markdown_table, write_report
 from .runner import fit_methods
 from .table import compare
 
-__all__ = ["GP_METHODS", "LINEAR_METHODS", "run_demo", "settings", "learned_kernel", "summary_rows",
-           "index_markdown"]
+__all__ = ["GP_METHODS", "LINEAR_METHODS", "VARIANTS", "variant_fits", "run_demo", "settings",
+           "learned_kernel", "summary_rows", "index_markdown"]
 
 GP_METHODS = ("gibbs", "vi", "svi", "ecm")
 LINEAR_METHODS = ("gibbs", "vi")
@@ -44,6 +47,19 @@ def settings(quick: bool) -> dict:
     }
 
 
+VARIANTS = {"vi + LR": ("vi", {"linear_response": True}),
+            "advi (mvn)": ("advi", {"guide": "mvn"})}
+"""Candidates fitted beside ``GP_METHODS`` / ``LINEAR_METHODS`` under their own names:
+(method, options)."""
+
+
+def variant_fits(split, *, model: str, kernel=None, seed: int = 0) -> dict:
+    """``{name: Fit}`` of :data:`VARIANTS`."""
+    return {name: fit(split.X_train, split.y_train, model=model, method=method, kernel=kernel,
+                      seed=seed, progress_bar=False, **options)
+            for name, (method, options) in VARIANTS.items()}
+
+
 def learned_kernel(split) -> kernels.RBF:
     """RBF hyperparameters maximising B-BSVM's ELBO on the training data (paper eq. 12)."""
     vi = fit(split.X_train, split.y_train, model="gp", method="vi", learn_hyperparameters=True)
@@ -56,12 +72,15 @@ def _row(table, candidate, variable, metric):
     return float(rows[metric].iloc[0]) if len(rows) else float("nan")
 
 
-def summary_rows(table, model: str) -> list[dict]:
-    """One line per candidate: sd ratio and mean error of the posterior, predictive agreement."""
+def summary_rows(table, model: str, fits: dict | None = None) -> list[dict]:
+    """One line per candidate: sd ratio and mean error of the posterior, predictive agreement,
+    and with ``fits`` (name -> Fit) the fit's seconds (the whole call, compilation
+    included)."""
     var = "beta" if model == "linear" else "f"
     out = []
     for name in dict.fromkeys(table["candidate"]):
-        if name == table.attrs["reference"]:
+        # the mean-field row of a linear-response fit repeats the plain fit's, fitted beside
+        if name == table.attrs["reference"] or name.endswith(" (mean-field)"):
             continue
         out.append({
             "model": model,
@@ -73,6 +92,9 @@ def summary_rows(table, model: str) -> list[dict]:
             "f_test_sd_ratio": _row(table, name, "f_test", "sd_ratio"),
             "prob_mad": _row(table, name, "predictive", "prob_mad"),
             "brier": _row(table, name, "predictive", "brier"),
+            # the noise-floor row (the reference's split chains) is no fit of its own
+            **({"seconds": float(fits[name].timings["total"]) if name in fits
+                else float("nan")} if fits else {}),
         })
     return out
 
@@ -105,7 +127,9 @@ def index_markdown(summary: list[dict], links: list[str], elapsed: float, writte
         "averaged over coordinates (below 1: the approximation is too confident); "
         "`mean_error_sd` the distance of the means in Gibbs sds; `coverage_90` the share of "
         "Gibbs draws inside the candidate's 90% intervals; `prob_mad` the mean absolute "
-        "difference of the predictive probabilities from Gibbs' on the test points.",
+        "difference of the predictive probabilities from Gibbs' on the test points; `seconds` "
+        "the whole fit call in this process, compilation included (the first fit of an "
+        "engine compiles its programs; a second fit of the same shapes reuses them).",
         "",
         markdown_table(pd.DataFrame(summary)),
         "",
@@ -141,16 +165,21 @@ def run_demo(out="reports/demo", *, quick: bool = False,
         fits = fit_methods(split, model=model, methods=methods, kernel=kern, seed=0,
                            options=opts[model])
         reference = fits.pop("gibbs")
+        fits.update(variant_fits(split, model=model, kernel=kern, seed=0))
         table = compare(reference, fits, split.X_test, split.y_test, reference_name="gibbs")
         path = write_report(table, reference, fits, split.X_test, split.y_test,
                             folder=out / model, title=f"Heart, {model} model: Gibbs vs "
                             + ", ".join(fits), description=_description(model, split, kernel))
-        summary += summary_rows(table, model)
-        print(f"\n{model} model (reference: gibbs), report {path}")
-        for row in summary_rows(table, model):
-            print(f"  {row['candidate']:5s} sd ratio {row['sd_ratio']:.2f}, mean error "
+        fits["gibbs"] = reference
+        rows = summary_rows(table, model, fits)
+        summary += rows
+        print(f"\n{model} model (reference: gibbs, {reference.timings['total']:.1f} s), "
+              f"report {path}")
+        for row in rows:
+            print(f"  {row['candidate']:10s} sd ratio {row['sd_ratio']:.2f}, mean error "
                   f"{row['mean_error_sd']:.2f} sd, 90% coverage {row['coverage_90']:.2f}, "
-                  f"|p - p_gibbs| {row['prob_mad']:.3f}, Brier {row['brier']:.3f}")
+                  f"|p - p_gibbs| {row['prob_mad']:.3f}, Brier {row['brier']:.3f}"
+                  + (f", {row['seconds']:.2f} s" if row["seconds"] == row["seconds"] else ""))
         lines.append(f"- [{model} model]({model}/report.md)")
 
     elapsed = time.perf_counter() - start

@@ -87,7 +87,8 @@ class MCMCRun(NamedTuple):
 
 
 def run_mcmc(config_key, build, key, inputs, config: Sampler, *,
-             resume: MCMCCheckpoint | None = None, sampler: str = "the sampler") -> MCMCRun:
+             resume: MCMCCheckpoint | None = None, sampler: str = "the sampler",
+             warmup_static: bool = True) -> MCMCRun:
     """Run the chains of a sampler through :func:`driver.sample_chains` and time them.
 
     ``config`` holds the engine's sampler options (:class:`ppl_bsvm.engine.Sampler`).
@@ -95,6 +96,10 @@ def run_mcmc(config_key, build, key, inputs, config: Sampler, *,
     sampler's static settings, and the shapes of ``inputs``); its ``collect`` returns
     ``{"z": {site: ...}, "extra": {field: ...}}``. Draws come back as numpy arrays
     ``(chain, draw, ...)``, checked to be finite.
+
+    ``warmup_static``: whether ``num_warmup`` selects the compiled programs (NUTS's
+    adaptation schedule is built from it in Python); False where the sampler reads it from
+    ``inputs`` (the Gibbs sampler), so that every warmup length shares them.
 
     With ``resume``, the chains go on from its last state (no warmup) for
     ``num_samples - resume.n_iter`` more iterations, and the draws are appended to the earlier
@@ -118,7 +123,7 @@ def run_mcmc(config_key, build, key, inputs, config: Sampler, *,
     if resume is not None:
         previous = Draws({"z": resume.samples, "extra": resume.extra}, resume.last_state, done, {})
     draws = sample_chains(
-        (config_key, config.num_warmup), build, key, inputs,
+        (config_key, config.num_warmup if warmup_static else None), build, key, inputs,
         num_warmup=config.num_warmup, num_samples=config.num_samples,
         num_chains=config.num_chains, chain_method=config.chain_method,
         thinning=config.thinning, resume=previous,

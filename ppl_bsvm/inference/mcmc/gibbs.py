@@ -144,17 +144,18 @@ def _chain_kernel(model, kernel, settings: GibbsSettings, directions, fields) ->
     (the GP's covariance function) and ``directions`` (a number to learn) are static."""
 
     def prepare(inputs):
-        args = {k: v for k, v in inputs.items() if k != "V"}
+        args = {k: v for k, v in inputs.items() if k not in ("V", "num_warmup")}
         if model is models.gp_bsvm:
             args.update(kernel=kernel, hyperpriors=None)
-        return _SUPPORTED[model](args), inputs["V"]
+        return _SUPPORTED[model](args), inputs["V"], inputs["num_warmup"]
 
     def init(keys, prepared):
-        data, V = prepared
+        data, V, _ = prepared
         return gibbs_init(keys, data, directions if V is None else V)
 
     def step(state, prepared):
-        return gibbs_sample(state, prepared[0], settings, batched=True)
+        data, _, num_warmup = prepared
+        return gibbs_sample(state, data, settings, batched=True, num_warmup=num_warmup)
 
     def collect(state, prepared):
         return {"z": state.z, "extra": {name: getattr(state, name) for name in fields}}
@@ -173,11 +174,16 @@ def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim
     fields = _GIBBS_FIELDS + (_GP_FIELDS if model is models.gp_bsvm else ()) + (
         ("lam",) if options.store_lam else ())
     fixed = not isinstance(directions, int)
-    inputs = {**inputs, "V": jnp.asarray(directions) if fixed else None}
+    # the warmup length is a traced input: one compiled sweep for every num_warmup (its
+    # static part is only whether the directions are learned, in settings.learned)
+    settings = settings._replace(num_warmup=0)
+    inputs = {**inputs, "V": jnp.asarray(directions) if fixed else None,
+              "num_warmup": jnp.asarray(options.num_warmup, jnp.int32)}
     static = ("gibbs", model, kernel, settings, None if fixed else directions, fields)
     run = run_mcmc(
         static, lambda: _chain_kernel(model, kernel, settings, directions, fields), key, inputs,
         options, resume=None if resume is None else resume.checkpoint, sampler="gibbs",
+        warmup_static=False,
     )
     if options.store_lam:
         run.samples["lam"] = run.extra["lam"]

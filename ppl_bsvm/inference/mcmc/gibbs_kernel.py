@@ -242,13 +242,20 @@ def gibbs_init(keys, data, directions, z=None) -> GibbsState:
     return jax.vmap(init_one, in_axes=(0, None if z is None else 0))(keys, z)
 
 
-def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool) -> GibbsState:
+def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool,
+                 num_warmup=None) -> GibbsState:
     """One sweep of every chain (:func:`gibbs_step`), then, in warmup, the directions' schedule.
 
     With ``batched`` the state holds a batch of chains: the sweep is ``vmap``-ed, while the
     schedule stays outside the ``vmap`` (the chains share the sweep counter), so that the
     directions are recomputed only when a window closes, not at every sweep.
+
+    ``num_warmup``: the warmup length as a traced integer, so that one compiled sweep serves
+    every warmup length (the engines pass it; ``settings.num_warmup`` is then not read);
+    None: ``settings.num_warmup``.
     """
+    if num_warmup is None:
+        num_warmup = settings.num_warmup
     each = jax.vmap if batched else (lambda fn: fn)
     lead = (lambda x: x[0]) if batched else (lambda x: x)
 
@@ -260,11 +267,11 @@ def gibbs_sample(state: GibbsState, data, settings: GibbsSettings, batched: bool
 
     if settings.collapsed:  # full sweeps in warmup, while the directions are learned
         # the chains share the counter: an unbatched predicate, a cond inside the vmap
-        state = each(partial(sweep, collapsed=lead(state.it) >= settings.num_warmup))(state)
+        state = each(partial(sweep, collapsed=lead(state.it) >= num_warmup))(state)
     else:
         state = each(sweep)(state)
     if settings.learned:
-        warmup = settings.num_warmup
+        warmup = num_warmup
         ends = (warmup // 2 - 1, warmup - 1)  # last sweeps of the two windows
 
         def adapt(state):

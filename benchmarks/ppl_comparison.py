@@ -203,9 +203,13 @@ def _figure(df: pd.DataFrame, path: Path) -> None:
                                                             "sd_ratio_error"].notna().any()]
     if not problems:
         return
-    fig, axes = plt.subplots(1, len(problems), figsize=(4.2 * len(problems), 4), dpi=110,
+    cols = min(2, len(problems))
+    rows = -(-len(problems) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.8 * rows), dpi=110,
                              squeeze=False)
-    for ax, problem in zip(axes[0], problems, strict=True):
+    for ax in axes.ravel()[len(problems):]:
+        ax.set_visible(False)
+    for ax, problem in zip(axes.ravel(), problems):
         part = df[(df.problem == problem) & df.sd_ratio_error.notna()]
         for _, row in part.iterrows():
             sampler = ENGINES[row.engine][0] in SAMPLERS
@@ -217,9 +221,9 @@ def _figure(df: pd.DataFrame, path: Path) -> None:
         ax.set_yscale("log")  # from a sampler's 0.01 to ECM's point estimate, 7
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("seconds (second call)")
+        ax.set_ylabel("median |log(sd / sd_Gibbs)|")
         ax.set_title(problem)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("median |log(sd / sd_Gibbs)|")
     fig.suptitle("Accuracy of the posterior sds against time (samplers: squares)")
     fig.tight_layout()
     fig.savefig(path)

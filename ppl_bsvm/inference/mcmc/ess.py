@@ -23,7 +23,8 @@ inside the compiled loop), runs the chains through the driver of the other sampl
 draws under the same names and diagnostics as ``gibbs`` and ``nuts``.
 
 Cost of a transition: one product with ``L`` (``n^2``, GP) or none (linear), and a pass over
-the margins per angle tried (``sample_stats.n_steps``, typically 2 to 10). What it does not
+the margins per angle tried (``sample_stats.n_steps``: on Heart a mean of 9.2 for the linear
+model and 7.2 for the GP, 5-95 % ranges 4-15 and 2-13). What it does not
 do well: the hinge makes the likelihood sharp when ``n`` is large, and the angle brackets
 then shrink to small moves; its ESS per draw falls with ``n`` where the Gibbs sampler's does
 not (``reports/ppl_comparison``).

@@ -202,8 +202,17 @@ def _run(site, dim, kernel, inputs, options, key, resume):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MCLMCOptions(Sampler, Temperature):
     """What both adjusted MCLMC engines take: the sampler's and the likelihood's options and
-    the tuner's target acceptance rate. ``store_lam`` must stay False: the sampler works on
-    the marginal model and never draws ``lam``."""
+    the tuner's. ``store_lam`` must stay False: the sampler works on the marginal model and
+    never draws ``lam``.
+
+    Parameters
+    ----------
+    target_accept_prob : float
+        The acceptance rate the step size is tuned to, in (0, 1).
+    num_integration_steps : float
+        Integration steps per transition on average (``L / step_size``; BlackJAX's default
+        is 2, which left R-hat at 1.07 on GP Heart after 4 x 1,000 draws; 16 gave 1.007).
+    """
 
     target_accept_prob: float = 0.9
     num_integration_steps: float = TRAJECTORY_STEPS

@@ -15,7 +15,7 @@ One transition draws a unit momentum :math:`u` (the microcanonical dynamics keep
 :math:`\epsilon` with the McLachlan integrator and a diagonal preconditioner, :math:`N` drawn
 uniformly around :math:`L/\epsilon` (a random trajectory length: no U-turn criterion, no tree),
 and accepts the end point with the Metropolis-Hastings probability
-:math:`\min(1, e^{-\Delta E})`, so the chain is exact for any step size (the paper's Alg. 1).
+:math:`\min(1, e^{-\Delta E})`, so the chain is exact for any step size.
 Its claim over NUTS is fewer gradients per effective draw: no doubling trees, no wasted
 half-trajectories.
 
@@ -23,13 +23,14 @@ Tuning (BlackJAX's ``adjusted_mclmc_find_L_and_step_size``) replaces warmup: the
 :math:`2/3` of the ``num_warmup`` transitions adapt the step size by dual averaging to the
 target acceptance rate while estimating the posterior variances (the preconditioner), the last
 third re-adapts the step size with the preconditioner in place; :math:`L` is kept at
-BlackJAX's ``target_num_integration_steps`` (2) steps. Each chain tunes its own
-:math:`(\epsilon, L, M)`; they travel with the chain's state, so a resumed fit goes on with
-them. The chains run through the driver of the other samplers
+``num_integration_steps`` steps (16 by default, :data:`TRAJECTORY_STEPS`). Each chain tunes
+its own :math:`(\epsilon, L, M)`; they travel with the chain's state, so a resumed fit goes
+on with them. The chains run through the driver of the other samplers
 (:mod:`ppl_bsvm.inference.mcmc.driver`: compiled once per shape and ``num_warmup``).
 
-Cost of a transition: ``n_steps`` gradient evaluations of the log density (a product with
-``L`` and its transpose for the GP, ``O(n^2)``; ``O(n p)`` linear). The hinge's gradient is
+Cost of a transition: ``n_steps`` steps of McLachlan's two-stage integrator, two gradient
+evaluations of the log density each (a product with ``L`` and its transpose for the GP,
+``O(n^2)``; ``O(n p)`` linear). The hinge's gradient is
 piecewise constant, so the energy error does not shrink smoothly with the step size when a
 trajectory crosses a hinge; the Metropolis correction keeps the chain exact regardless.
 """
@@ -77,9 +78,11 @@ __all__ = ["MCLMCOptions", "MCLMCLinearOptions", "MCLMCGPOptions", "mclmc_linear
            "mclmc_gp"]
 
 TRAJECTORY_STEPS = 16.0
-"""Average integration steps per transition, :math:`L / \\epsilon`: BlackJAX's default for
-the avg-preserving tuner (its docstring: longer trajectories under-sample the variance at equal
-budget, shorter ones fall to MALA)."""
+"""Average integration steps per transition, :math:`L / \\epsilon`. BlackJAX's default is 2
+(MALA-like moves). On Heart (4 x 1,000 draws after 1,000 tuning transitions, second calls):
+GP with 4, 8, 16, 32 steps: R-hat 1.034, 1.012, 1.007, 1.005, smallest ESS per second 62,
+114, 265, 226; linear with 2, 4, 8, 16 steps: R-hat 1.028, 1.008, 1.005, 1.004, smallest ESS
+per second 719, 1,246, 3,005, 2,441. 16 is the shortest with R-hat below 1.01 on both."""
 
 
 class MCLMCChain(NamedTuple):
@@ -263,8 +266,8 @@ _gp_bytes.hint = ("method='mclmc' keeps the n x n kernel matrix and its factor: 
 
 def _stats(run, options) -> dict:
     """ArviZ's names: ``lp`` (the whitened log posterior up to a constant),
-    ``acceptance_rate``, ``diverging``, ``n_steps`` (gradient evaluations of the transition)
-    and ``step_size`` (the chain's tuned step)."""
+    ``acceptance_rate``, ``diverging``, ``n_steps`` (integration steps of the transition, two
+    gradient evaluations each) and ``step_size`` (the chain's tuned step)."""
     stats = {k: run.extra[k] for k in ("lp", "acceptance_rate", "diverging", "n_steps",
                                        "step_size")}
     warn_divergences(stats["diverging"], options.target_accept_prob, sampler="adjusted MCLMC")

@@ -232,9 +232,8 @@ def _figure(df: pd.DataFrame, path: Path) -> None:
 
 def write_report(df: pd.DataFrame, out: Path, args, elapsed: float) -> str:
     columns = ["engine", "second_call_s", "first_call_s", "new_process_s", "sd_ratio_median",
-               "sd_ratio_min",
-               "sd_ratio_max", "max_mean_error_sd", "coverage_90", "w2", "prob_mad",
-               "test_error", "nlpd", "psis_khat", "min_ess_per_s"]
+               "sd_ratio_min", "sd_ratio_max", "max_mean_error_sd", "coverage_90", "w2",
+               "prob_mad", "test_error", "nlpd", "psis_khat", "min_ess_per_s"]
     parts = [
         "# The closed-form engines against NumPyro's and BlackJAX's inference",
         "",

@@ -38,10 +38,12 @@ trajectory crosses a hinge; the Metropolis correction keeps the chain exact rega
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from blackjax.adaptation.adjusted_mclmc_adaptation import adjusted_mclmc_find_L_and_step_size
 from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
 from blackjax.mcmc import adjusted_mclmc_dynamic
@@ -53,6 +55,7 @@ from ..._memory import FLOAT, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
+from ...exceptions import ConvergenceWarning
 from ...kernels import Kernel
 from ...result import Fit
 from .._common import gp_setup, linear_setup
@@ -85,16 +88,26 @@ GP with 4, 8, 16, 32 steps: R-hat 1.034, 1.012, 1.007, 1.005, smallest ESS per s
 per second 719, 1,246, 3,005, 2,441. 16 is the shortest with R-hat below 1.01 on both."""
 
 
+MIN_TUNING = 30
+"""Fewest warmup transitions the tuner runs on: its variance estimate averages the middle
+third of them (at ``num_warmup = 4`` one draw, a zero variance and a NaN step size, with which
+the chain never moved). Below it, and wherever the tuner returns a step size, ``L`` or
+preconditioner that is not finite and positive, a chain keeps its starting settings
+(:func:`_starting_params`) and the fit warns."""
+
+
 class MCLMCChain(NamedTuple):
     """One chain: BlackJAX's state (whitened position ``v``, log density, gradient, the
-    trajectory-length key), the chain's key, its tuned step size, trajectory length ``L`` and
-    diagonal preconditioner, and what its last transition did."""
+    trajectory-length key), the chain's key, its step size, trajectory length ``L`` and
+    diagonal preconditioner, whether they came from the tuner (``tuned``), and what its last
+    transition did."""
 
     hmc: DynamicHMCState
     rng_key: jnp.ndarray
     step_size: jnp.ndarray
     L: jnp.ndarray
     inverse_mass_matrix: jnp.ndarray
+    tuned: jnp.ndarray
     acceptance_rate: jnp.ndarray
     diverging: jnp.ndarray
     n_steps: jnp.ndarray
@@ -129,6 +142,12 @@ def _starting_params(dim: int, steps: float, dtype) -> MCLMCAdaptationState:
     return MCLMCAdaptationState(L, L / steps, jnp.ones((dim,), dtype))
 
 
+def _usable(params: MCLMCAdaptationState):
+    """Whether the tuner's step size, ``L`` and preconditioner are finite and positive."""
+    leaves = (params.step_size, params.L, params.inverse_mass_matrix)
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x) & (x > 0)) for x in leaves]))
+
+
 def _log_density(prior: MarginalPrior):
     return lambda v: -0.5 * jnp.sum(v * v) + log_likelihood(prior, unwhiten(prior, v))
 
@@ -153,17 +172,19 @@ def _chain_kernel(site: str, dim: int, kernel: Kernel | None, num_warmup: int,
             v = random.normal(start, (dim,), prior.gamma.dtype)  # overdispersed: the prior
             state = adjusted_mclmc_dynamic.init(v, logdensity, traj)
             start = _starting_params(dim, steps, v.dtype)
-            if num_warmup >= 3:
-                state, params, _ = adjusted_mclmc_find_L_and_step_size(
+            tuned = jnp.zeros((), bool)
+            params = start
+            if num_warmup >= MIN_TUNING:
+                state, found, _ = adjusted_mclmc_find_L_and_step_size(
                     _tuning_kernel, logdensity, num_warmup, state, tune, target,
                     frac_tune1=1 / 3, frac_tune2=1 / 3, params=start,
                     target_num_integration_steps=steps,
                 )
-            else:  # nothing to tune on
-                params = start
-            step, L, imm = params.step_size, params.L, params.inverse_mass_matrix
+                tuned = _usable(found)
+                params = jax.tree.map(lambda a, b: jnp.where(tuned, a, b), found, start)
             zero = jnp.zeros((), v.dtype)
-            return MCLMCChain(state, key, step, L, imm, zero, jnp.zeros((), bool),
+            return MCLMCChain(state, key, params.step_size, params.L,
+                              params.inverse_mass_matrix, tuned, zero, jnp.zeros((), bool),
                               jnp.zeros((), jnp.int32))
 
         return jax.vmap(one)(keys)
@@ -271,6 +292,16 @@ def _stats(run, options) -> dict:
     stats = {k: run.extra[k] for k in ("lp", "acceptance_rate", "diverging", "n_steps",
                                        "step_size")}
     warn_divergences(stats["diverging"], options.target_accept_prob, sampler="adjusted MCLMC")
+    untuned = np.flatnonzero(~np.asarray(run.checkpoint.last_state.tuned))
+    if untuned.size:
+        why = (f"num_warmup={options.num_warmup} is below the {MIN_TUNING} transitions the "
+               "tuning needs" if options.num_warmup < MIN_TUNING
+               else "the tuner returned a step size or preconditioner that is not finite")
+        warnings.warn(
+            f"adjusted MCLMC: chain(s) {untuned.tolist()} ran with the untuned step size "
+            f"{float(np.asarray(run.extra['step_size'])[untuned[0], 0]):.3g} ({why}): the "
+            "draws are exact but may mix slowly; raise num_warmup.",
+            ConvergenceWarning, stacklevel=3)
     return stats
 
 

@@ -460,6 +460,31 @@ def test_mclmc_fit_face(plane, plane_fits):
     assert float(stats_["lp"].values[2, 11]) == pytest.approx(lp, rel=1e-10)
 
 
+def test_mclmc_without_a_usable_tuning_keeps_its_start_and_warns(plane, monkeypatch):
+    """Too short a warmup (a NaN step size at num_warmup=4 once left the chains where they
+    started) or a tuner's answer that is not finite: the chains run with the starting step
+    size, which moves them, and the fit says so."""
+    from ppl_bsvm.inference.mcmc import mclmc
+
+    X, y = plane[:2]
+    common = dict(model="linear", intercept=False, num_samples=50, num_chains=2, seed=0)
+    start = float(mclmc._starting_params(2, mclmc.TRAJECTORY_STEPS, np.float64).step_size)
+    with pytest.warns(ppl_bsvm.ConvergenceWarning, match=r"num_warmup=4 is below the 30"):
+        fit = ppl_bsvm.fit(X, y, method="mclmc", num_warmup=4, **common)
+    stats_ = fit.idata.sample_stats
+    assert np.all(stats_["step_size"].values == pytest.approx(start))
+    assert float(stats_["acceptance_rate"].mean()) > 0.5
+    assert np.unique(fit.posterior["beta"].values[0, :, 0]).size > 10  # the chain moves
+
+    def nan_tuner(*args, params, **kwargs):
+        return args[3], params._replace(step_size=params.step_size * np.nan), 0
+
+    monkeypatch.setattr(mclmc, "adjusted_mclmc_find_L_and_step_size", nan_tuner)
+    with pytest.warns(ppl_bsvm.ConvergenceWarning, match="not finite"):
+        fit = ppl_bsvm.fit(X, y, method="mclmc", num_warmup=31, **common)
+    assert np.all(fit.idata.sample_stats["step_size"].values == pytest.approx(start))
+
+
 def test_learned_directions_are_the_posterior_principal_axes(plane_fits):
     """After warmup, ``sum_j v_j v_j^T`` is the covariance of the last window's 250 draws
     (shrunk a little): it matches the covariance of the kept draws to within that window's

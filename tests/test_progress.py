@@ -116,3 +116,18 @@ def test_shown_sampler_starts_with_one_iteration_and_grows_segments(monkeypatch,
     assert lengths[0] == 1 and sum(lengths) == 60
     assert all(b <= 2 * a for a, b in zip(lengths, lengths[1:]))
     assert statuses == ["compiling", "first iteration"]
+
+
+def test_the_bar_says_when_a_sampler_tunes_before_its_first_iteration(monkeypatch, toy2d):
+    """Adjusted MCLMC tunes inside its first program (``num_warmup`` transitions, no
+    iterations on the bar): the status says so until the first kept iteration."""
+    X, y = toy2d
+    statuses = []
+    status = _progress._Bar.set_status
+    monkeypatch.setattr(_progress._Bar, "set_status",
+                        lambda self, s: statuses.append(s) or status(self, s))
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppl_bsvm.fit(X, y, model="linear", method="mclmc", num_warmup=30, num_samples=30,
+                     num_chains=2, progress_bar=True)
+    assert statuses == ["compiling, tuning (30 transitions)", "first iteration"]

@@ -70,6 +70,9 @@ class ChainKernel(NamedTuple):
         ``(state, data) -> None``, run on the chains' first state (host side); raises when the
         sampler cannot start (NUTS without a finite starting point, a kernel matrix that is not
         positive definite).
+    init_status : str
+        What the progress bar says while ``init`` compiles and runs ("compiling"; adjusted
+        MCLMC tunes its chains there).
     """
 
     prepare: Callable
@@ -77,6 +80,7 @@ class ChainKernel(NamedTuple):
     step: Callable
     collect: Callable
     check: Callable | None = None
+    init_status: str = "compiling"
 
 
 class Draws(NamedTuple):
@@ -143,6 +147,7 @@ class _Programs(NamedTuple):
     init: Callable
     segment: Callable
     check: Callable | None
+    init_status: str = "compiling"
 
 
 def _segment_program(kernel: ChainKernel, length: int):
@@ -181,10 +186,11 @@ def _programs(key, build: Callable[[], ChainKernel], pmapped: bool) -> _Programs
         segment = _segment_program(kernel, SEGMENT)
         if pmapped:
             programs = _Programs(jax.jit(kernel.prepare), jax.pmap(kernel.init),
-                                 jax.pmap(segment, in_axes=(0, 0, None)), kernel.check)
+                                 jax.pmap(segment, in_axes=(0, 0, None)), kernel.check,
+                                 kernel.init_status)
         else:
             programs = _Programs(jax.jit(kernel.prepare), jax.jit(kernel.init), jax.jit(segment),
-                                 kernel.check)
+                                 kernel.check, kernel.init_status)
         _PROGRAMS[key] = programs
         while len(_PROGRAMS) > _CACHE_SIZE:
             _PROGRAMS.popitem(last=False)
@@ -282,7 +288,7 @@ def sample_chains(
             todo * groups, label or context or "sampling", enabled) as bar:
         start = time.perf_counter()
         shown = _progress.shown(bar)
-        bar.set_status("compiling")
+        bar.set_status("compiling" if resume is not None else programs.init_status)
         data = programs.prepare(inputs)
         if parallel:
             data = _replicate(data, num_chains)

@@ -206,7 +206,9 @@ def _chain_kernel(site: str, dim: int, kernel: Kernel | None, num_warmup: int,
                           "diverging": chains.diverging, "n_steps": chains.n_steps,
                           "step_size": chains.step_size}}
 
-    return ChainKernel(prepare, init, step, collect)
+    status = (f"compiling, tuning ({num_warmup} transitions)" if num_warmup >= MIN_TUNING
+              else "compiling")
+    return ChainKernel(prepare, init, step, collect, init_status=status)
 
 
 def _run(site, dim, kernel, inputs, options, key, resume):

@@ -193,7 +193,8 @@ def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
 
 
 @pytest.mark.parametrize("method,options", [
-    ("advi", {"max_iter": 4, "window": 2, "num_draws": 20}),
+    # the settings of test_advi's resume test, whose compiled programs this reuses
+    ("advi", {"max_iter": 4, "window": 1000, "num_draws": 100}),
     ("nuts", {"num_samples": 2, "num_warmup": 2, "num_chains": 1, "max_tree_depth": 1}),
 ])
 def test_sparse_engines_never_form_the_n_by_n_kernel_matrix(monkeypatch, method, options):
@@ -205,8 +206,7 @@ def test_sparse_engines_never_form_the_n_by_n_kernel_matrix(monkeypatch, method,
         raise AssertionError(f"the {len(X)} x {len(X)} kernel matrix was formed")
 
     monkeypatch.setattr(_common, "gram", refuse)
-    r = np.random.default_rng(0)
-    X = r.normal(size=(40, 2))
-    fit = ppl_bsvm.fit(X, np.where(X[:, 0] > 0, 1, -1), model="sparse_gp", method=method,
-                       num_inducing=5, progress_bar=False, **options)
-    assert fit.posterior["u"].shape[-1] == 5
+    X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+    fit = ppl_bsvm.fit(X[:50], y[:50], model="sparse_gp", method=method, num_inducing=8,
+                       seed=3, progress_bar=False, **options)
+    assert fit.posterior["u"].shape[-1] == 8

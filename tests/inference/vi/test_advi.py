@@ -68,14 +68,15 @@ def test_every_guide_on_the_gp_model(heart, guide):
 
 def test_fits_of_other_shapes_in_one_process(heart):
     """The guide is set up for the data's shapes: a fit on more points after one on fewer
-    gets a guide of its own."""
+    gets a guide of its own. (The first fit has the settings of
+    ``test_every_guide_on_the_gp_model[mvn]``, whose compiled programs it reuses.)"""
     X, y = heart
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)
-        for n in (30, 45):
-            fit = ppl_bsvm.fit(X[:n], y[:n], model="gp", method="advi", max_iter=20,
-                               num_draws=100, seed=0)
-            assert fit.posterior["f"].shape == (1, 100, n)
+        for n in (40, 45):
+            fit = ppl_bsvm.fit(X[:n], y[:n], model="gp", method="advi", rank=3, max_iter=20,
+                               window=50, num_draws=200, seed=0)
+            assert fit.posterior["f"].shape == (1, 200, n)
 
 
 def test_resumed_run_equals_the_uninterrupted_one(heart):

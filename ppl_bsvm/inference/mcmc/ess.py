@@ -43,25 +43,16 @@ from jax import random
 from ..._memory import FLOAT, linear_bytes
 from ...api import register
 from ...data import Problem
-from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
+from ...engine import Approximation, Jitter, LinearPrior
 from ...kernels import Kernel
 from ...result import Fit
-from .._common import gp_setup, linear_setup
-from ..marginal import (
-    MarginalPrior,
-    gp_inputs,
-    linear_inputs,
-    log_likelihood,
-    log_prior,
-    marginal_prior,
-    unwhiten,
-)
-from ._common import (
-    check_positive_definite,
-    gp_predictor,
-    linear_predictor,
-    mcmc_approximation,
-    run_mcmc,
+from ..marginal import MarginalPrior, log_likelihood, log_prior, marginal_prior, unwhiten
+from ._common import run_mcmc
+from ._marginal import (
+    MarginalSamplerOptions,
+    gp_memory_hint,
+    marginal_gp_fit,
+    marginal_linear_fit,
 )
 from .driver import ChainKernel
 
@@ -123,16 +114,12 @@ def _run(site, dim, kernel, inputs, options, key, resume):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ESSOptions(Sampler, Temperature):
+class ESSOptions(MarginalSamplerOptions):
     """What both elliptical slice engines take: the sampler's and the likelihood's options
     (there is nothing to tune). ``store_lam`` must stay False: the sampler works on the
     marginal model and never draws ``lam``."""
 
-    def _check(self):
-        if self.store_lam:
-            raise ValueError("store_lam=True is not available with method='ess': the "
-                             "elliptical slice sampler works on the marginal model and draws "
-                             "no lam")
+    _method = "ess"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -155,8 +142,7 @@ def _gp_bytes(n: int, d: int, options: dict) -> int:
     return FLOAT * (2 * n * n + 4 * n * int(options.get("num_chains", 4)))
 
 
-_gp_bytes.hint = ("method='ess' keeps the n x n kernel matrix and its factor: use "
-                  "model='sparse_gp' with method='svi' for large n")
+_gp_bytes.hint = gp_memory_hint("ess")
 
 
 def _stats(run) -> dict:
@@ -190,15 +176,8 @@ def ess_linear(problem: Problem, options: ESSLinearOptions, *, key,
     resume : Fit, optional
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
-    setup = linear_setup(problem, options.intercept)
-    inputs = linear_inputs(setup, options.prior_scale, options.gamma)
-    run = _run("beta", setup.Z.shape[1], None, inputs, options, key, resume)
-    return mcmc_approximation(
-        run, options, method="ess", model="linear", problem=problem,
-        sample_stats=_stats(run), coords={"feature": setup.features},
-        predictor=linear_predictor(run.samples["beta"], options.intercept, options,
-                                   options.gamma),
-    )
+    return marginal_linear_fit(problem, options, key, resume, method="ess", run=_run,
+                               stats=_stats)
 
 
 @register("ess", ("gp",), options=ESSGPOptions, budget="num_samples", memory=_gp_bytes)
@@ -219,14 +198,7 @@ def ess_gp(problem: Problem, options: ESSGPOptions, *, key, kernel: Kernel,
     store_lam : bool, default=False
         Must stay False: the sampler never draws ``lam`` (``ValueError`` otherwise).
     """
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)
-    inputs = gp_inputs(setup, options.gamma)
-    run = _run("f", problem.n, kernel, inputs, options, key, resume)
-    return mcmc_approximation(
-        run, options, method="ess", model="gp", problem=problem, sample_stats=_stats(run),
-        predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma),
-        kernel_params=setup.params, jitter=setup.jitter,
-    )
+    return marginal_gp_fit(problem, options, key, kernel, resume, method="ess", run=_run,
+                           stats=_stats)
 
 

@@ -54,26 +54,17 @@ from ..._checks import positive_float
 from ..._memory import FLOAT, linear_bytes
 from ...api import register
 from ...data import Problem
-from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
+from ...engine import Approximation, Jitter, LinearPrior
 from ...exceptions import ConvergenceWarning
 from ...kernels import Kernel
 from ...result import Fit
-from .._common import gp_setup, linear_setup
-from ..marginal import (
-    MarginalPrior,
-    gp_inputs,
-    linear_inputs,
-    log_likelihood,
-    marginal_prior,
-    unwhiten,
-)
-from ._common import (
-    check_positive_definite,
-    gp_predictor,
-    linear_predictor,
-    mcmc_approximation,
-    run_mcmc,
-    warn_divergences,
+from ..marginal import MarginalPrior, log_likelihood, marginal_prior, unwhiten
+from ._common import run_mcmc, warn_divergences
+from ._marginal import (
+    MarginalSamplerOptions,
+    gp_memory_hint,
+    marginal_gp_fit,
+    marginal_linear_fit,
 )
 from .driver import ChainKernel
 
@@ -226,7 +217,7 @@ def _run(site, dim, kernel, inputs, options, key, resume):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MCLMCOptions(Sampler, Temperature):
+class MCLMCOptions(MarginalSamplerOptions):
     """What both adjusted MCLMC engines take: the sampler's and the likelihood's options and
     the tuner's. ``store_lam`` must stay False: the sampler works on the marginal model and
     never draws ``lam``.
@@ -243,6 +234,7 @@ class MCLMCOptions(Sampler, Temperature):
     target_accept_prob: float = 0.9
     num_integration_steps: float = TRAJECTORY_STEPS
 
+    _method = "mclmc"
     _validators = {"target_accept_prob": positive_float,
                    "num_integration_steps": positive_float}
 
@@ -250,9 +242,6 @@ class MCLMCOptions(Sampler, Temperature):
         if not 0.0 < self.target_accept_prob < 1.0:
             raise ValueError("target_accept_prob must be in (0, 1), got "
                              f"{self.target_accept_prob!r}")
-        if self.store_lam:
-            raise ValueError("store_lam=True is not available with method='mclmc': the "
-                             "sampler works on the marginal model and draws no lam")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -265,29 +254,27 @@ class MCLMCGPOptions(MCLMCOptions, Jitter):
     """Options of :func:`mclmc_gp`."""
 
 
-def _tuning_bytes(dim: int, options: dict) -> int:
+def _tuning_floats(dim: int, options: dict) -> int:
     """BlackJAX's tuner keeps the positions of its first pass, per chain."""
-    chains = int(options.get("num_chains", 4))
-    return FLOAT * chains * dim * (2 * int(options.get("num_warmup", 1000)) // 3 + 8)
+    return dim * (2 * int(options.get("num_warmup", 1000)) // 3 + 8)
 
 
 def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
     """Per chain: position, momentum, gradient, preconditioner, margins, and the tuner's
     positions (in floats)."""
-    return 6 * p + 2 * n + _tuning_bytes(p, {**options, "num_chains": 1}) // FLOAT
+    return 6 * p + 2 * n + _tuning_floats(p, options)
 
 
 def _gp_bytes(n: int, d: int, options: dict) -> int:
     """``K`` and its factor, and per chain the state and the tuner's positions."""
     chains = int(options.get("num_chains", 4))
-    return FLOAT * (2 * n * n + 8 * n * chains) + _tuning_bytes(n, options)
+    return FLOAT * (2 * n * n + chains * (8 * n + _tuning_floats(n, options)))
 
 
-_gp_bytes.hint = ("method='mclmc' keeps the n x n kernel matrix and its factor: use "
-                  "model='sparse_gp' with method='svi' for large n")
+_gp_bytes.hint = gp_memory_hint("mclmc")
 
 
-def _stats(run, options) -> dict:
+def _stats(run, options: MCLMCOptions) -> dict:
     """ArviZ's names: ``lp`` (the whitened log posterior up to a constant),
     ``acceptance_rate``, ``diverging``, ``n_steps`` (integration steps of the transition, two
     gradient evaluations each) and ``step_size`` (the chain's tuned step)."""
@@ -335,15 +322,8 @@ def mclmc_linear(problem: Problem, options: MCLMCLinearOptions, *, key,
     resume : Fit, optional
         Continue this fit's chains with their tuned settings (``ppl_bsvm.resume``).
     """
-    setup = linear_setup(problem, options.intercept)
-    inputs = linear_inputs(setup, options.prior_scale, options.gamma)
-    run = _run("beta", setup.Z.shape[1], None, inputs, options, key, resume)
-    return mcmc_approximation(
-        run, options, method="mclmc", model="linear", problem=problem,
-        sample_stats=_stats(run, options), coords={"feature": setup.features},
-        predictor=linear_predictor(run.samples["beta"], options.intercept, options,
-                                   options.gamma),
-    )
+    return marginal_linear_fit(problem, options, key, resume, method="mclmc", run=_run,
+                               stats=lambda run: _stats(run, options))
 
 
 @register("mclmc", ("gp",), options=MCLMCGPOptions, budget="num_samples", memory=_gp_bytes)
@@ -362,13 +342,5 @@ def mclmc_gp(problem: Problem, options: MCLMCGPOptions, *, key, kernel: Kernel,
     max_predictive_draws, link, store_lam, resume
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)
-    inputs = gp_inputs(setup, options.gamma)
-    run = _run("f", problem.n, kernel, inputs, options, key, resume)
-    return mcmc_approximation(
-        run, options, method="mclmc", model="gp", problem=problem,
-        sample_stats=_stats(run, options),
-        predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma),
-        kernel_params=setup.params, jitter=setup.jitter,
-    )
+    return marginal_gp_fit(problem, options, key, kernel, resume, method="mclmc", run=_run,
+                           stats=lambda run: _stats(run, options))

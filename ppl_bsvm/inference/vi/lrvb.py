@@ -115,6 +115,10 @@ __all__ = [
     "response",
     "sites_response",
     "sites_linear_response",
+    "MOMENT_FLOATS",
+    "uses_dense",
+    "moments_chunk",
+    "response_chunk",
     "polish",
     "relative_change",
     "POLISH_ITER",
@@ -260,7 +264,26 @@ def sites_response(sites: Sites, mu, Sigma, max_iter: int | None = None):
 
 
 MOMENT_FLOATS = 2**22
-"""Floats of each ``(p (p + 1) / 2, rows)`` product in a chunk of :func:`moments_add` rows."""
+"""Floats of each ``(p (p + 1) / 2, rows)`` product in a chunk of :func:`moments_add` rows
+(32 MB)."""
+
+
+def uses_dense(rows: int, p: int) -> bool:
+    """Whether the ``n x n`` form (:func:`sites_dense_factor`) costs fewer operations than
+    the moments for ``rows`` (padded) rows of ``p`` columns."""
+    return dense_flops(rows, p) < moments_flops(rows, p)
+
+
+def moments_chunk(rows: int, p: int) -> int:
+    """Rows per chunk of the moments pass: at most :data:`MOMENT_FLOATS` floats in each of
+    the chunk's ``(p (p + 1) / 2, rows)`` products of ``w``'s entries."""
+    return int(max(1, min(rows, MOMENT_FLOATS // _tri(p))))
+
+
+def response_chunk(rows: int, p: int) -> int:
+    """What the closed-form responses are compiled for: 0 for the ``n x n`` form
+    (:func:`uses_dense`), else the moments pass's :func:`moments_chunk`."""
+    return 0 if uses_dense(rows, p) else moments_chunk(rows, p)
 
 
 @partial(jax.jit, static_argnames=("chunk", "max_iter"))
@@ -305,11 +328,7 @@ def sites_linear_response(sites: Sites, mu, Sigma, max_iter: int | None = None):
     covariance to rounding (tested)."""
     n, p = sites.Z.shape
     max_iter = POLISH_ITER if max_iter is None else max_iter
-    if dense_flops(n, p) <= moments_flops(n, p):
-        chunk = 0
-    else:
-        chunk = int(max(1, min(n, MOMENT_FLOATS // _tri(p))))
-    return _sites_closed_form(sites, mu, Sigma, chunk, max_iter)
+    return _sites_closed_form(sites, mu, Sigma, response_chunk(n, p), max_iter)
 
 
 @jax.jit

@@ -51,8 +51,8 @@ from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ
 __all__ = ["RESPONSE_FLOATS", "POLISH_SWEEPS", "Response", "linear_response", "respond", "response_chunk",
            "uses_dense", "response_flops", "response_bytes", "engine_flops", "size"]
 
-RESPONSE_FLOATS = 2**22
-"""Floats in each of a chunk's products of ``w``'s entries (``lrvb.moments_add``; 32 MB)."""
+RESPONSE_FLOATS = lrvb.MOMENT_FLOATS
+"""Floats in each of a chunk's products of ``w``'s entries (``lrvb.MOMENT_FLOATS``)."""
 
 
 def size(m: int) -> int:
@@ -60,16 +60,11 @@ def size(m: int) -> int:
     return m * (m + 3) // 2
 
 
-def response_chunk(rows: int, m: int) -> int:
-    """Rows per chunk of the moments pass: at most :data:`RESPONSE_FLOATS` floats in each of
-    the chunk's ``(m (m + 1) / 2, rows)`` products of ``w``'s entries."""
-    return int(max(1, min(rows, RESPONSE_FLOATS // (m * (m + 1) // 2))))
+response_chunk = lrvb.moments_chunk
+"""Rows per chunk of the moments pass (``lrvb.moments_chunk``, with ``p = m``)."""
 
-
-def uses_dense(rows: int, m: int) -> bool:
-    """Whether the ``n x n`` form (``lrvb.sites_dense_factor``) costs fewer operations than
-    the moments for ``rows`` (padded) training rows."""
-    return lrvb.dense_flops(rows, m) < lrvb.moments_flops(rows, m)
+uses_dense = lrvb.uses_dense
+"""Whether the ``n x n`` form is the cheaper (``lrvb.uses_dense``, with ``p = m``)."""
 
 
 POLISH_SWEEPS = 30
@@ -273,7 +268,7 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     ``(q, status, sweeps)``, ``q`` the :class:`~.sbsvm_marginals._FinalQ` of ``N(SVI's mean,
     Cov_LR)`` (draws with ``key``) or, where the check fails, ``mean_field``."""
     m, rows = st.Z.shape[0], data.X.shape[0]
-    chunk = 0 if uses_dense(rows, m) else response_chunk(rows, m)
+    chunk = lrvb.response_chunk(rows, m)
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec,
                           data._replace(order=None), lrvb.POLISH_ITER, chunk)
     _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9)

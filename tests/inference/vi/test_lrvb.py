@@ -77,8 +77,7 @@ def test_closed_forms_equal_the_jacobian_route(monkeypatch, n, p, floats):
     r = np.random.default_rng(n + p)
     X = r.standard_normal((n, p))
     y = np.where(X[:, 0] + r.standard_normal(n) > 0, 1.0, -1.0)
-    dense = lrvb.dense_flops(n, p) <= lrvb.moments_flops(n, p)
-    assert dense == (n == 30)
+    assert lrvb.uses_dense(n, p) == (n == 30)
     if floats is not None:
         monkeypatch.setattr(lrvb, "MOMENT_FLOATS", floats)  # chunks of 7 rows
     with jax.enable_x64(True):

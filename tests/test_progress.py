@@ -98,17 +98,24 @@ def test_no_bar_does_nothing():
     bar.close()
 
 
+def _record_statuses(monkeypatch) -> list[str]:
+    """The statuses every bar is given from now on, in order."""
+    statuses = []
+    status = _progress._Bar.set_status
+    monkeypatch.setattr(_progress._Bar, "set_status",
+                        lambda self, s: statuses.append(s) or status(self, s))
+    return statuses
+
+
 def test_shown_sampler_starts_with_one_iteration_and_grows_segments(monkeypatch, toy2d):
     """With a bar shown the driver compiles ahead, says so, runs one iteration first and
     sizes every later segment by ``segment_length`` (at most twice the one before)."""
     X, y = toy2d
-    lengths, statuses = [], []
+    lengths = []
     size = _progress.segment_length
     monkeypatch.setattr(_progress, "segment_length",
                         lambda last, seconds, cap: lengths.append(last) or size(last, seconds, cap))
-    status = _progress._Bar.set_status
-    monkeypatch.setattr(_progress._Bar, "set_status",
-                        lambda self, s: statuses.append(s) or status(self, s))
+    statuses = _record_statuses(monkeypatch)
     with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_warmup=30, num_samples=30,
@@ -122,10 +129,7 @@ def test_the_bar_says_when_a_sampler_tunes_before_its_first_iteration(monkeypatc
     """Adjusted MCLMC tunes inside its first program (``num_warmup`` transitions, no
     iterations on the bar): the status says so until the first kept iteration."""
     X, y = toy2d
-    statuses = []
-    status = _progress._Bar.set_status
-    monkeypatch.setattr(_progress._Bar, "set_status",
-                        lambda self, s: statuses.append(s) or status(self, s))
+    statuses = _record_statuses(monkeypatch)
     with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ppl_bsvm.fit(X, y, model="linear", method="mclmc", num_warmup=30, num_samples=30,

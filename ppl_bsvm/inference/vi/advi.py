@@ -157,9 +157,9 @@ class Minibatch(Options):
     _validators = {"batch_size": optional(positive_int)}
 
 
-def _subsample_size(options, n: int) -> int | None:
-    """The plate's ``subsample_size`` for ``n`` points, None for the whole data set."""
-    size = options.batch_size
+def _subsample_size(size: int | None, n: int) -> int | None:
+    """The plate's ``subsample_size`` for ``n`` points and the option ``batch_size``
+    (``size``), None for the whole data set."""
     if size is None:
         size = None if n <= FULL_BATCH else DEFAULT_BATCH
     return None if size is None or size >= n else int(size)
@@ -359,7 +359,7 @@ def _static(model: str, options: ADVIOptions, data: dict, kernel=None) -> Static
     of other lengths reuse the compiled loop."""
     shapes = tuple((name, tuple(np.shape(value))) for name, value in sorted(data.items())
                    if name in ("X", "inducing"))
-    batch = (_subsample_size(options, int(np.shape(data["X"])[0]))
+    batch = (_subsample_size(options.batch_size, int(np.shape(data["X"])[0]))
              if isinstance(options, Minibatch) else None)
     return Static(model, shapes, kernel, bool(getattr(options, "whiten", True)), options.guide,
                   options.rank, options.learning_rate, options.schedule,
@@ -494,8 +494,7 @@ def _sparse_bytes(n: int, d: int, options: dict) -> int:
     log density over all ``n`` points in the end (in pieces of ``b`` rows at most ``n m``),
     and the guide."""
     m = int(options.get("num_inducing", 64))
-    size = options.get("batch_size")
-    b = n if size is None and n <= FULL_BATCH else min(n, size or DEFAULT_BATCH)
+    b = _subsample_size(options.get("batch_size"), n) or n
     return FLOAT * (4 * b * m + n * m + 4 * m * m + _guide_floats(m, options))
 
 

@@ -101,6 +101,14 @@ def _fit(X, y, model, method, options, seed):
         return fit, time.perf_counter() - t0
 
 
+def _engine(engine: str, quick: bool) -> tuple[str, dict]:
+    """``(method, options)`` of an engine; with ``quick`` the samplers' chains shortened."""
+    method, options = ENGINES[engine]
+    if quick and method in SAMPLERS:
+        options = {**options, "num_samples": 200, "num_warmup": 200}
+    return method, options
+
+
 def _new_process_seconds(problem: str, engine: str, quick: bool) -> float:
     """The fit's seconds in a fresh Python process (imports and data loading excluded; JAX's
     persistent compilation cache as the library leaves it, so warm from the runs before):
@@ -116,9 +124,7 @@ def _new_process_seconds(problem: str, engine: str, quick: bool) -> float:
 def _one(problem: str, engine: str, quick: bool) -> int:
     """``--one``: the fit of ``_new_process_seconds``, its seconds on stdout."""
     model, X, y, *_ = _problem(problem, quick)
-    method, options = ENGINES[engine]
-    if quick and method in SAMPLERS:
-        options = {**options, "num_samples": 200, "num_warmup": 200}
+    method, options = _engine(engine, quick)
     print(f"seconds {_fit(X, y, model, method, options, seed=1)[1]:.6g}")
     return 0
 
@@ -169,10 +175,7 @@ def run_problem(name: str, quick: bool) -> list[dict]:
         ref, _ = _fit(X, y, model, "gibbs", long, seed=100)
     rows = []
     for engine in names:
-        method, options = ENGINES[engine]
-        if quick:
-            options = {**options, **({"num_samples": 200, "num_warmup": 200}
-                                     if method in SAMPLERS else {})}
+        method, options = _engine(engine, quick)
         try:
             _, first = _fit(X, y, model, method, options, seed=1)
             fit, second = _fit(X, y, model, method, options, seed=2)

@@ -12,6 +12,10 @@ os.environ.setdefault(
     "PPL_BSVM_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "jax")
 )
 
+# XLA's flags for the in-process tests (compiled at optimisation level 0: tests/_xla.py),
+# set before anything imports JAX
+from tests import _xla  # noqa: E402,F401
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._xla import user_environment
+
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 
@@ -35,6 +37,25 @@ RUNNER = textwrap.dedent("""
 """)
 
 
+QUICK = (
+    ('method="gibbs", num_samples=500)', 'method="gibbs", num_samples=100, num_warmup=100)'),
+    ('method="nuts", num_samples=500)', 'method="nuts", num_samples=100, num_warmup=100)'),
+    ("n_resamples=200, n_jobs=2)", "n_resamples=20, n_jobs=2)"),
+)
+"""Smaller runs for the test, as the notebooks' test has (``test_notebooks.QUICK``): each text
+of the README is replaced once, so the test proves that every block works, not the numbers of
+the full-size run. (The GP NUTS block alone took 29 s of the 90 at the README's sizes, warm.)"""
+
+
+def with_quick_sizes(blocks: list[str]) -> list[str]:
+    """``blocks`` with every :data:`QUICK` replacement made; each must occur exactly once."""
+    text = "\0".join(blocks)
+    for old, new in QUICK:
+        assert text.count(old) == 1, f"README: {old!r} must occur once among the python blocks"
+        text = text.replace(old, new)
+    return text.split("\0")
+
+
 def python_blocks(text: str) -> list[str]:
     """The contents of the fenced ```python blocks of a Markdown text, in order."""
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
@@ -44,17 +65,20 @@ def test_python_blocks_are_found():
     text = "a\n```python\nx = 1\n```\n```sh\nls\n```\n```python\ny = x\n```\n"
     assert python_blocks(text) == ["x = 1\n", "y = x\n"]
     assert len(python_blocks(README.read_text())) >= 9
+    quick = with_quick_sizes(python_blocks(README.read_text()))
+    assert len(quick) == len(python_blocks(README.read_text()))
 
 
 @pytest.mark.slow
 def test_readme_python_blocks_run_in_order(tmp_path):
-    blocks = python_blocks(README.read_text())
+    blocks = with_quick_sizes(python_blocks(README.read_text()))
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "runner.py").write_text(RUNNER)
-    env = {**os.environ, "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           # the dask block's worker processes import JAX: room for a loaded 2-core machine
-           "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "180s"}
+    env = user_environment(
+        MPLBACKEND="Agg",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        # the dask block's worker processes import JAX: room for a loaded 2-core machine
+        DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="180s")
     work = tmp_path / "work"
     work.mkdir()
     result = subprocess.run([sys.executable, str(tmp_path / "runner.py"),

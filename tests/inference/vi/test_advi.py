@@ -38,7 +38,9 @@ def test_the_stopping_statistic():
 
 def test_a_diverged_run_is_not_called_converged(heart):
     """Adam at a step size far too large sends the ELBO down and leaves it there: the change
-    rule alone would stop at tol; the run is reported as diverged."""
+    rule alone would stop at tol; the run is reported as diverged. (The flow's training is
+    chaotic: at 0.05-0.3 whether it diverges depends on the last bits of rounding, which XLA's
+    code generation changes; at 1.0 it diverges at every optimisation level.)"""
     rng = np.random.default_rng(0)
     rising = -100.0 + np.linspace(-5.0, 0.0, 600) + rng.normal(size=600)
     assert elbo_fell(rising, 200) is None
@@ -48,7 +50,7 @@ def test_a_diverged_run_is_not_called_converged(heart):
     X, y = heart
     with pytest.warns(ppl_bsvm.ConvergenceWarning, match=r"diverged: its smoothed ELBO fell"):
         fit = ppl_bsvm.fit(X[:100], y[:100], model="gp", method="advi", guide="flow",
-                           learning_rate=0.05, max_iter=3000, window=200, num_draws=100,
+                           learning_rate=1.0, max_iter=3000, window=200, num_draws=100,
                            seed=2)
     assert fit.stop_reason == "diverged" and not fit.converged
 

@@ -8,9 +8,10 @@ problems hardly feel. The level changes how XLA's CPU backend generates machine 
 a program computes: the tests check the same mathematics, to tolerances that hold at every
 level (float rounding may differ in the last bits).
 
-The README's and the notebooks' runs are a user's, at the user's flags
-(:func:`user_environment`): they are run-time-bound, so level 0 would not shorten them, and
-they keep XLA's default code generation under test end to end. ``PPL_BSVM_TEST_XLA_OPT=default``
+The README's blocks run as a user's, at the user's flags (:func:`user_environment`): they keep
+XLA's default code generation tested end to end (at level 0 they took 70 s cold instead of
+98 s). The notebooks' kernels compile at level 0 (cold, validating_vi and
+hyperparameters_and_inducing_points took 51 s instead of 64 s). ``PPL_BSVM_TEST_XLA_OPT=default``
 runs the whole suite at XLA's defaults.
 """
 

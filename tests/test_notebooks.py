@@ -18,8 +18,6 @@ import nbclient
 import nbformat
 import pytest
 
-from tests._xla import user_environment
-
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT = 600  # seconds per cell; the slowest took 77 s on a 2-core machine at load 12
 KERNEL_NAME = "ppl-bsvm-test"
@@ -101,7 +99,7 @@ def test_notebook_executes(path, kernel_spec_manager, monkeypatch):
     # nbclient leaves a kernel it was handed running (it shuts down only kernels of its own
     # manager): without cleanup_kc each notebook's kernel stayed alive, holding about 0.8 GB,
     # until the test session ended.
-    client.execute(cleanup_kc=True, env=user_environment())  # a user's kernel
+    client.execute(cleanup_kc=True)
     assert not km.has_kernel
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]

@@ -857,12 +857,14 @@ def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
     # predictions: average over draws of N(k*^T K^-1 f_s, ...) with draw s's own lengthscale
     Xt = np.array([[0.3], [2.0]])
     f = fit.posterior["f"].values.reshape(600, -1)
-    means = []
-    for ls, fs in zip(ell, f):
+
+    def draw_mean(ls, fs):  # one program for the 600 draws, not 600 x 3 eager operations
         params = {"log_lengthscale": jnp.log(ls), "log_variance": jnp.array(0.0)}
-        K = np.asarray(kernels.gram(fit.kernel, params, jnp.asarray(X)))
-        Ks = np.asarray(fit.kernel.K(params, jnp.asarray(X), jnp.asarray(Xt)))
-        means.append(Ks.T @ np.linalg.solve(K, fs))
+        K = kernels.gram(fit.kernel, params, jnp.asarray(X))
+        Ks = fit.kernel.K(params, jnp.asarray(X), jnp.asarray(Xt))
+        return Ks.T @ jnp.linalg.solve(K, fs)
+
+    means = jax.jit(jax.vmap(draw_mean))(jnp.asarray(ell), jnp.asarray(f))
     np.testing.assert_allclose(fit.predict_latent(Xt)[0], np.mean(means, 0), rtol=1e-6, atol=1e-8)
 
 

@@ -133,7 +133,8 @@ def test_data_parallel_steps_equal_the_one_device_run():
     """Two host devices (a new process: the device count is fixed when JAX starts): the
     minibatch rows split over both, hyperparameters and inducing locations learned; every
     iterate agrees with the one-device run to 1e-10."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    flags = os.environ.get("XLA_FLAGS", "")  # the suite's (tests/_xla.py), and two devices
+    env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=2"}
     proc = subprocess.run([sys.executable, "-c", _PARALLEL], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

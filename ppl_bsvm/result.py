@@ -319,10 +319,13 @@ class Fit:
         depth, energy, step size, ...) and the traces of the hyperparameters stay in
         ``trace``."""
         rows = []
-        if self.stop_reason is not None:
+        if self.stop_reason == "draws":
+            rows.append(("stopped", _draws_row(self.idata, self.options)))
+        elif self.stop_reason is not None:
             rows.append(("stopped", f"{self.stop_reason} after {self.n_iter} iterations"))
         if self.timings:
-            rows.append(("time", ", ".join(f"{k} {v:.3g} s" for k, v in self.timings.items())))
+            rows.append(("time", _time_row(self.timings)))
+        rows.extend(_convergence_rows(self.idata))
         final = _final_elbo(self.idata)
         for key in _OBJECTIVES:
             if key in self.trace:
@@ -372,6 +375,73 @@ class Fit:
 
 # the trace entry summarised as the run's objective, the first present
 _OBJECTIVES = ("elbo", "objective", "log_evidence")
+
+_TIME_PARTS = {"compile": "compilation", "mcmc": "sampling", "engine": "engine",
+               "pointwise": "log-likelihood for az.loo"}
+"""The disjoint parts of a fit's ``"total"`` time, in the order shown, with their labels (an
+engine's own ``"engine"`` time includes its compilation); every other entry is a part *of*
+the engine's time (``inducing``, ``polish``, ``linear_response``)."""
+
+
+def _time_row(timings: dict) -> str:
+    """``Fit.summary``'s time row, whose parts add up: ``total = parts + other``, where
+    "other" is the fit's own set-up (validation, data transfer, building the ArviZ groups);
+    the pointwise log-likelihood is what ``az.loo`` and ``az.compare`` read
+    (``ppl_bsvm._pointwise``)."""
+    parts = [(label, timings[key]) for key, label in _TIME_PARTS.items() if key in timings]
+    inner = [(key.replace("_", " "), v) for key, v in timings.items()
+             if key not in _TIME_PARTS and key != "total"]
+    if "total" not in timings:
+        return ", ".join(f"{name} {v:.3g} s" for name, v in parts + inner)
+    total = timings["total"]
+    other = max(total - sum(v for _, v in parts), 0.0)
+    text = f"{total:.3g} s = " + " + ".join(f"{name} {v:.3g}" for name, v in parts)
+    text += f" + other {other:.2g}"
+    if inner:
+        of = "engine" if "engine" in timings else "total"
+        text += f" ({of} includes " + ", ".join(f"{name} {v:.3g}" for name, v in inner) + ")"
+    return text
+
+
+def _draws_row(idata, options: dict) -> str:
+    """A sampler's stop: the draws it kept per chain, after how many warmup iterations (which
+    ``n_iter`` counts too) and at what thinning."""
+    if "posterior" not in idata.children:
+        return "draws"
+    sizes = idata["posterior"].sizes
+    chains, draws = int(sizes.get("chain", 1)), int(sizes.get("draw", 0))
+    text = f"all draws: {draws} per chain x {chains} chain{'s' if chains > 1 else ''}"
+    warmup, thinning = options.get("num_warmup"), options.get("thinning", 1) or 1
+    if warmup is not None:
+        text += f", after {int(warmup)} warmup iterations"
+    if int(thinning) > 1:
+        text += f", every {int(thinning)}th kept"
+    return text
+
+
+def _convergence_rows(idata) -> list[tuple[str, str]]:
+    """A sampler's convergence diagnostics as the fit stored them (rank-normalised split
+    R-hat, bulk and tail ESS: ``ppl_bsvm.inference.mcmc._common``), the worst coordinate of
+    each, with a word where ESS exceeds the number of draws."""
+    attrs = idata.attrs
+    if attrs.get("rhat_max") is None:
+        return []
+    rows = [("R-hat (max)", f"{float(attrs['rhat_max']):.4g}")]
+    total = None
+    if "posterior" in idata.children:
+        sizes = idata["posterior"].sizes
+        total = int(sizes.get("chain", 1)) * int(sizes.get("draw", 0))
+    for key, name in (("ess_bulk_min", "ESS bulk (min)"), ("ess_tail_min", "ESS tail (min)")):
+        if attrs.get(key) is None:
+            continue
+        ess = float(attrs[key])
+        text = f"{ess:.0f}" + (f" of {total} draws" if total else "")
+        if total and ess > total:
+            text += (" (more than the draws: successive draws are negatively correlated, as "
+                     "overrelaxed or antithetic moves make them; the mean is estimated better "
+                     "than from independent draws)")
+        rows.append((name, text))
+    return rows
 
 
 def _last_finite(values) -> float | None:

@@ -166,3 +166,34 @@ def test_summary_is_a_table_with_each_hyperparameter_once(heart):
     rows = dict(sampled._summary_rows())
     assert rows["divergences"] == "2" and rows["acceptance rate (mean)"] == "0.8"
     assert not {"tree_depth", "step_size", "elbo (last)"} & set(rows)
+
+
+def test_summary_time_adds_up_and_a_samplers_rows_say_what_it_kept(heart):
+    """The time row: total = its disjoint parts + other, the engine's own parts named as
+    included; a sampler's stop counts the kept draws apart from the warmup; R-hat and both
+    ESS with the number of draws, and a word where ESS exceeds it (antithetic chains)."""
+    from ppl_bsvm.result import _time_row
+
+    row = _time_row({"engine": 2.0, "inducing": 0.5, "polish": 0.25, "pointwise": 0.125,
+                     "total": 2.5})
+    assert row == ("2.5 s = engine 2 + log-likelihood for az.loo 0.125 + other 0.38 "
+                   "(engine includes inducing 0.5, polish 0.25)")
+    row = _time_row({"mcmc": 1.5, "compile": 3.0, "pointwise": 0.5, "total": 5.5})
+    assert row == "5.5 s = compilation 3 + sampling 1.5 + log-likelihood for az.loo 0.5 + other 0.5"
+    X, y = heart
+    fit = ppl_bsvm.fit(X[:60], y[:60], model="gp", method="vi", num_draws=50)
+    text = dict(fit._summary_rows())["time"]
+    total, parts = text.split(" s = ")
+    numbers = [float(w) for w in parts.split("(")[0].replace("+", " ").split()
+               if w.replace(".", "").replace("e-", "").isdigit()]
+    assert sum(numbers) == pytest.approx(float(total), abs=0.01)
+    idata = fit.idata.copy()
+    idata.attrs.update(rhat_max=1.004, ess_bulk_min=75.2, ess_tail_min=31.0)
+    sampled = dataclasses.replace(fit, idata=idata, stop_reason="draws", n_iter=150,
+                                  options={**fit.options, "num_warmup": 100})
+    rows = dict(sampled._summary_rows())
+    assert rows["stopped"] == "all draws: 50 per chain x 1 chain, after 100 warmup iterations"
+    assert rows["R-hat (max)"] == "1.004"
+    assert rows["ESS bulk (min)"].startswith("75 of 50 draws (more than the draws: ")
+    assert rows["ESS tail (min)"] == "31 of 50 draws"
+    assert "R-hat (max)" not in dict(fit._summary_rows())

@@ -4,12 +4,14 @@
 from . import distances, plots
 from .report import report
 from .runner import fit_methods, run_comparison
-from .table import COLUMNS, POSTERIOR_METRICS, PREDICTIVE_METRICS, compare, diagnostics, posterior_draws
+from .table import (COLUMNS, POSTERIOR_METRICS, PREDICTIVE_METRICS, ComparisonTable, compare,
+                    diagnostics, posterior_draws)
 
 __all__ = [
     "COLUMNS",
     "POSTERIOR_METRICS",
     "PREDICTIVE_METRICS",
+    "ComparisonTable",
     "compare",
     "diagnostics",
     "distances",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 
 import numpy as np
@@ -13,6 +14,8 @@ from ..result import Fit
 from . import distances
 
 __all__ = [
+    "ComparisonTable",
+    "COMPACT_COLUMNS",
     "POSTERIOR_METRICS",
     "PREDICTIVE_METRICS",
     "COLUMNS",
@@ -115,6 +118,65 @@ its kernel is not the reference's (a different posterior, not only an approximat
 
 COLUMNS = ("candidate", "variable", "dim", *POSTERIOR_METRICS, *PREDICTIVE_METRICS, "note")
 """The table's columns; ``note`` is empty unless :data:`NOTES` or :data:`NO_DRAWS` applies."""
+
+
+COMPACT_COLUMNS = ("candidate", "variable", "sd_ratio", "mean_error_sd", "coverage_90",
+                   "kl_forward", "prob_mad", "error", "nlpd", "note")
+"""The columns :class:`ComparisonTable` displays: per posterior row how wide and where the
+candidate is against the reference (sd ratio, mean error in reference sds, 90 % coverage,
+KL), per predictive row how far its probabilities are and how good (error, NLPD), and the
+note. The table holds all of :data:`COLUMNS`."""
+
+
+class ComparisonTable(pd.DataFrame):
+    """:func:`compare`'s table: a pandas DataFrame with every column of :data:`COLUMNS`, shown
+    compactly. Jupyter and ``print`` show :data:`COMPACT_COLUMNS` (those with a number in
+    them), each note once below the table with its number in the ``note`` column, where the
+    full table is 21 columns, most of them NaN in any row (posterior rows have no predictive
+    metrics and the other way round) and the notes are cut off. Everything else is the
+    DataFrame's: selections, ``to_csv``, ``to_markdown`` and arithmetic see every column and
+    return plain DataFrames."""
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def compact(self) -> tuple[pd.DataFrame, list[str]]:
+        """The displayed view: :data:`COMPACT_COLUMNS` that hold a number (as text, to three
+        significant digits, blank where the column does not apply), the note column as ``[k]``
+        markers, and the notes (``[1]`` first)."""
+        keep = [c for c in COMPACT_COLUMNS if c in self.columns and c != "note"
+                and (c in ("candidate", "variable") or self[c].notna().any())]
+        frame = pd.DataFrame(self[keep])
+        for c in keep[2:]:  # three significant digits; a cell that does not apply is blank
+            frame[c] = [f"{v:.3g}" if np.isfinite(v) else "" for v in frame[c].astype(float)]
+        notes = list(dict.fromkeys(n for n in self.get("note", []) if n))
+        if notes:
+            frame["note"] = [f"[{notes.index(n) + 1}]" if n else "" for n in self["note"]]
+        return frame, notes
+
+    def _footer(self) -> str:
+        return (f"{len(self)} rows; {len(self.columns)} columns in all (table.columns; "
+                "pandas.DataFrame(table) shows them)")
+
+    def __repr__(self) -> str:
+        frame, notes = self.compact()
+        with pd.option_context("display.max_columns", None, "display.width", 200):
+            text = repr(frame)
+        lines = [text, ""]
+        lines += [textwrap.fill(f"[{k}] {note}", 100, subsequent_indent="    ")
+                  for k, note in enumerate(notes, 1)]
+        return "\n".join(lines + [self._footer()])
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        frame, notes = self.compact()
+        with pd.option_context("display.max_columns", None):
+            html = frame._repr_html_()
+        html += "".join(f"<p style='text-align:left'>[{k}] {escape(note)}</p>"
+                        for k, note in enumerate(notes, 1))
+        return html + f"<p style='text-align:left'><i>{escape(self._footer())}</i></p>"
 
 
 def has_draws(fit: Fit) -> bool:
@@ -237,7 +299,7 @@ def compare(
     num_draws: int = 2000,
     seed: int = 0,
     replicate=None,
-) -> pd.DataFrame:
+) -> "ComparisonTable":
     """Compare candidate fits with a reference fit (usually MCMC ground truth).
 
     Parameters
@@ -267,8 +329,9 @@ def compare(
 
     Returns
     -------
-    pandas.DataFrame
-        One row per (candidate, variable) with the columns :data:`COLUMNS`: posterior rows
+    ComparisonTable
+        A pandas DataFrame (displayed compactly: :class:`ComparisonTable`), one row per
+        (candidate, variable) with the columns :data:`COLUMNS`: posterior rows
         (``beta``, ``f``, ``f_test``) fill :data:`POSTERIOR_METRICS`, predictive rows
         (variable ``"predictive"``, one per fit including the reference) fill
         :data:`PREDICTIVE_METRICS`; the other cells are NaN. ``note`` says what a row's
@@ -353,7 +416,7 @@ def compare(
                       "shares no posterior variable with the reference")
             warnings.warn(f"candidate {name!r} {reason} and no X_test was given: nothing to "
                           "compare", stacklevel=2)
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = ComparisonTable(rows, columns=list(COLUMNS))
     table["note"] = table["note"].fillna("")
     table["dim"] = table["dim"].astype("Int64")
     table.attrs["reference"] = reference_name

@@ -1,12 +1,13 @@
 """Distances and the comparison table against brute force and known cases."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import integrate, stats
 
 import ppl_bsvm
 from ppl_bsvm.compare import COLUMNS, POSTERIOR_METRICS, PREDICTIVE_METRICS, compare, distances
-from ppl_bsvm.compare.table import FLOOR_NOTES, posterior_draws
+from ppl_bsvm.compare.table import FLOOR_NOTES, ComparisonTable, posterior_draws
 from ppl_bsvm.predictive import GaussianPredictor
 from ppl_bsvm.result import Fit
 from ppl_bsvm._idata import make_idata
@@ -242,6 +243,28 @@ def test_compare_holds_its_noise_floor():
         compare(ref, {"narrow": narrow}, replicate=narrow)
     with pytest.raises(ValueError, match="replicate must be a Fit"):
         compare(ref, {"narrow": narrow}, replicate="yes")
+
+
+def test_the_table_displays_its_compact_columns_and_each_note_once():
+    """What Jupyter and print show: the compact columns that hold a number, blank where a
+    column does not apply, each note once below the table; the DataFrame keeps every column
+    and its selections are plain DataFrames."""
+    ref = _chains_fit([1.0, -1.0, 0.5], 1.0, 4, 500, 0, "gibbs")
+    narrow = _chains_fit([1.0, -1.0, 0.5], 0.6, 1, 2000, 2, "vi")
+    table = compare(ref, {"narrow": narrow}, reference_name="gibbs")
+    assert isinstance(table, ComparisonTable) and tuple(table.columns) == COLUMNS
+    assert type(table.loc[table.candidate == "narrow"]) is pd.DataFrame
+    frame, notes = table.compact()
+    assert list(frame.columns) == ["candidate", "variable", "sd_ratio", "mean_error_sd",
+                                   "coverage_90", "kl_forward", "note"]  # no predictive rows
+    assert notes == [FLOOR_NOTES["split"]] and list(frame["note"]) == ["[1]", ""]
+    row = table.set_index("candidate").loc["narrow"]
+    assert frame.loc[1, "sd_ratio"] == f"{row.sd_ratio:.3g}"
+    text = repr(table)
+    assert text.count(FLOOR_NOTES["split"][:40]) == 1 and "NaN" not in text
+    assert "2 rows; 21 columns in all" in text
+    html = table._repr_html_()
+    assert "<table" in html and "[1] noise floor" in html and "max_mean_error_sd" not in html
 
 
 def test_compare_says_when_a_candidate_has_another_kernel():

@@ -12,6 +12,7 @@ from .table import posterior_draws
 
 __all__ = [
     "comparable_idata",
+    "plot_sd_scatter",
     "plot_marginals",
     "plot_forest",
     "plot_predictive_scatter",
@@ -121,6 +122,57 @@ def plot_forest(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 20
     pc = azp.plot_forest(trees, var_names=[var], combined=True)
     pc.add_legend("model")
     return pc
+
+
+SD_BAND = 0.1
+"""Half-width of the shaded band around the diagonal of :func:`plot_sd_scatter` (+-10 %)."""
+
+
+def plot_sd_scatter(reference: Fit, candidates: dict[str, Fit], var: str = "f", *,
+                    reference_name: str = "reference", ax=None):
+    """The headline picture of an approximation's uncertainty: every coordinate's posterior
+    sd under each candidate against the reference's, the diagonal and a +-10 % band
+    (:data:`SD_BAND`). Mean-field VI lies below the diagonal (too narrow); linear response
+    moves it onto it. The legend gives each candidate's median ratio. Candidates without
+    draws of ``var`` are left out.
+
+    Returns the matplotlib ``Figure`` (``ax``'s, when given).
+    """
+    import matplotlib.pyplot as plt
+
+    if var not in reference.idata.get("posterior", {}):
+        raise ValueError(f"the reference has no posterior draws of {var!r}")
+    ref_sd = posterior_draws(reference, var).std(0)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.2, 5.0), dpi=100)
+    else:
+        fig = ax.figure
+    top = float(ref_sd.max()) * 1.15
+    grid = np.array([0.0, top])
+    ax.fill_between(grid, (1 - SD_BAND) * grid, (1 + SD_BAND) * grid, color="0.9",
+                    label=f"within {SD_BAND:.0%}")
+    ax.plot(grid, grid, color="0.4", lw=1, label="equal sd")
+    shown = 0
+    for name, fit in candidates.items():
+        if "posterior" not in fit.idata.children or var not in fit.idata["posterior"]:
+            continue
+        sd = posterior_draws(fit, var).std(0)
+        if sd.shape != ref_sd.shape:
+            continue
+        ratio = float(np.median(sd / ref_sd))
+        ax.scatter(ref_sd, sd, s=12, alpha=0.75, label=f"{name} (median ratio {ratio:.2f})")
+        top = max(top, float(sd.max()) * 1.05)
+        shown += 1
+    if not shown:
+        raise ValueError(f"no candidate has posterior draws of {var!r} of the reference's shape")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"{reference_name} posterior sd of {var}")
+    ax.set_ylabel(f"candidate posterior sd of {var}")
+    ax.set_title(f"Posterior sd of each {var} coordinate", fontsize=11)
+    ax.legend(fontsize=9, loc="upper left", frameon=False)
+    return fig
 
 
 def plot_predictive_scatter(reference_proba, probas: dict, *, reference_name: str = "reference"):

@@ -73,3 +73,29 @@ def test_mcmc_trace_has_a_title_and_a_legend():
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert legend == ["f[103]", "f[104]", "chain 0", "chain 1", "chain 2"]
     assert len(fig.axes[1].get_lines()) == 2 * 3
+
+
+def test_sd_scatter_puts_each_coordinate_against_the_reference():
+    """The headline figure: one point per coordinate and candidate at (reference sd,
+    candidate sd), the diagonal and the +-10 % band, the median ratio in the legend at a
+    readable size, labelled axes; a candidate without draws is left out."""
+    ref, narrow, wide = _fit("gibbs", 1.0, seed=0), _fit("vi", 0.6, seed=1), _fit("lr", 1.0, seed=2)
+    no_draws = Fit(idata=make_idata({}), method="platt", model="gp", predictor=None,
+                   labels=BinaryLabels(-1, 1), n_features_in=1)
+    fig = plots.plot_sd_scatter(ref, {"vi": narrow, "vi + LR": wide, "platt": no_draws}, "f",
+                                reference_name="gibbs")
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "gibbs posterior sd of f"
+    assert ax.get_ylabel() == "candidate posterior sd of f" and ax.get_title()
+    points = [np.asarray(c.get_offsets()) for c in ax.collections[1:]]  # after the band
+    assert [len(p) for p in points] == [12, 12]
+    ref_sd = ref.idata.posterior["f"].values.reshape(-1, 12).std(0)
+    np.testing.assert_allclose(points[0][:, 0], ref_sd)
+    ratio = np.median(narrow.idata.posterior["f"].values.reshape(-1, 12).std(0) / ref_sd)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts == ["within 10%", "equal sd", f"vi (median ratio {ratio:.2f})",
+                     f"vi + LR (median ratio {np.median(points[1][:, 1] / ref_sd):.2f})"]
+    assert 0.55 < ratio < 0.65
+    assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
+    with pytest.raises(ValueError, match="no candidate has posterior draws of 'f'"):
+        plots.plot_sd_scatter(ref, {"platt": no_draws}, "f")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from .._checks import positive_int
@@ -112,16 +114,51 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
     return fig
 
 
-def plot_forest(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 20,
+FOREST_PROBS = (0.5, 0.9)
+"""The central intervals of :func:`plot_forest`: thick 50 %, thin 90 %."""
+
+
+def plot_forest(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 16,
                 num_draws: int = 2000, seed: int = 0):
-    """Credible intervals of ``var`` across fits, side by side (arviz-plots ``plot_forest``)."""
+    """Central credible intervals of ``var`` across fits, side by side (arviz-plots
+    ``plot_forest``): per coordinate, each fit's 50 % (thick) and 90 % (thin) interval of
+    equal tails and its mean. With more than ``max_panels`` coordinates, those the first fit
+    is least certain of. ECM's intervals are those of its pseudo-posterior (the conditional
+    of ``f`` given ``lambda`` at the MAP), which collapses near margin points: a zero width
+    there is its nature, not a plotting fault; the title says so when ECM is among the fits.
+
+    Returns the matplotlib ``Figure``.
+    """
     import arviz_plots as azp
 
     index = _select_coords(fits, var, max_panels)
     trees = comparable_idata(fits, var, num_draws=num_draws, seed=seed, index=index)
-    pc = azp.plot_forest(trees, var_names=[var], combined=True)
-    pc.add_legend("model")
-    return pc
+    height = 1.6 + len(index) * (0.16 + 0.11 * len(trees))
+    dim = next(d for d in next(iter(trees.values()))["posterior"][var].dims
+               if d not in ("chain", "draw"))
+    pc = azp.plot_forest(trees, var_names=[var], combined=True, labels=[dim],
+                         ci_kind="eti", ci_probs=FOREST_PROBS, point_estimate="mean",
+                         figure_kwargs={"figsize": (7.5, height), "width_ratios": [1, 6]})
+    fig = pc.viz["figure"].item() if hasattr(pc.viz["figure"], "item") else pc.viz["figure"]
+    labels_ax, forest_ax = fig.axes[:2]
+    # arviz names the label column by its dimension ("obs"): say what it is
+    ticks = [t.get_text() for t in labels_ax.get_xticklabels()]
+    labels_ax.set_xticks(labels_ax.get_xticks(),
+                         ["training point" if t == "obs" else t for t in ticks], fontsize=9)
+    forest_ax.set_xlabel(f"{var} (posterior value)", fontsize=10)
+    pc.add_legend("model", loc="center left", bbox_to_anchor=(0.98, 0.5), fontsize=9,
+                  title_fontsize=9)
+    first = next(iter(trees))
+    what = (f"all {len(index)} coordinates" if len(index) < max_panels or
+            len(index) == posterior_draws(fits[first], var).shape[1]
+            else f"the {len(index)} coordinates where {first} is least certain")
+    title = (f"Credible intervals of {var}: 50 % (thick) and 90 % (thin), equal tails, "
+             f"and the mean; {what}")
+    if any(f.method == "ecm" for f in fits.values()):
+        title += "\n(ECM: a pseudo-posterior's intervals, near zero width at margin points)"
+    first_line, _, rest = title.partition("\n")
+    fig.suptitle("\n".join(filter(None, [textwrap.fill(first_line, 75), rest])), fontsize=10)
+    return fig
 
 
 SD_BAND = 0.1

@@ -116,7 +116,7 @@ def _save(obj, path: Path) -> None:
     """Save a Figure or PlotCollection and close it, so a long report does not leak figures."""
     import matplotlib.pyplot as plt
 
-    obj.savefig(path, dpi=80)
+    obj.savefig(path, dpi=100, bbox_inches="tight")  # legends placed outside the axes included
     plt.close("all")
 
 

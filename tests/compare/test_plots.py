@@ -99,3 +99,20 @@ def test_sd_scatter_puts_each_coordinate_against_the_reference():
     assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
     with pytest.raises(ValueError, match="no candidate has posterior draws of 'f'"):
         plots.plot_sd_scatter(ref, {"platt": no_draws}, "f")
+
+
+def test_forest_states_its_intervals_and_names_its_axes():
+    fits = {name: _fit(name, sd, seed=i) for i, (name, sd) in
+            enumerate([("gibbs", 1.0), ("vi", 0.6), ("ecm", 0.3)])}
+    fig = plots.plot_forest(fits, "f", max_panels=5, num_draws=300)
+    title = fig._suptitle.get_text()
+    assert "50 % (thick) and 90 % (thin)" in title and "5 coordinates where gibbs" in title
+    assert "ECM: a pseudo-posterior" in title
+    labels_ax, forest_ax = fig.axes[:2]
+    assert forest_ax.get_xlabel() == "f (posterior value)"
+    assert [t.get_text() for t in labels_ax.get_xticklabels()] == ["training point"]
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == list(fits)
+    assert min(t.get_fontsize() for t in legend.get_texts()) >= 8
+    two = plots.plot_forest({"gibbs": fits["gibbs"], "vi": fits["vi"]}, "f", num_draws=300)
+    assert "all 12 coordinates" in two._suptitle.get_text() and "ECM" not in two._suptitle.get_text()

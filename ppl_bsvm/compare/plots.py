@@ -101,10 +101,13 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
             else:
                 grid = np.linspace(x.min(), x.max(), 200)
                 ax.plot(grid, gaussian_kde(x)(grid), lw=1.3, label=name)
-    for ax, label in zip(axes.flat, labels):
+    for j, (ax, label) in enumerate(zip(axes.flat, labels)):
         ax.set_title(label, fontsize=9)
         ax.set_yticks([])
         ax.tick_params(labelsize=8)
+        ax.set_xlabel(f"{var} (posterior value)", fontsize=8)
+        if j % cols == 0:
+            ax.set_ylabel("density", fontsize=8)
     shown = ("all coordinates" if len(index) == posterior_draws(first, var).shape[1] else
              f"the {len(index)} coordinates where {first_name} is least certain (largest sd)")
     fig.suptitle(f"Marginal posteriors of {var}: {shown}", fontsize=10)
@@ -298,6 +301,7 @@ def plot_objective_traces(fits: dict[str, Fit]):
         ax.plot(steps[ok], values[ok], lw=1.2, marker="." if ok.sum() < 30 else None)
         ax.set_title(f"{name}: {key}", fontsize=9)
         ax.set_xlabel("step")
+        ax.set_ylabel(key)
         if ok.any() and values[ok].min() < 0 < values[ok].max():
             ax.set_yscale("symlog")
     fig.tight_layout()
@@ -338,7 +342,7 @@ def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 6, name: s
                for j in range(len(index))]
     handles += [Line2D([], [], color="0.3", ls=styles[c % len(styles)], label=f"chain {c}")
                 for c in range(values.shape[0])]
-    ax_t.legend(handles=handles, fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax_t.legend(handles=handles, fontsize=8, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
     who = name or fit.method
     fig.suptitle(f"{who} ({fit.model}): {values.shape[0]} chains of {values.shape[1]} draws, "
                  f"{var} at the {len(index)} coordinates with the largest posterior sd",

@@ -116,3 +116,59 @@ def test_forest_states_its_intervals_and_names_its_axes():
     assert min(t.get_fontsize() for t in legend.get_texts()) >= 8
     two = plots.plot_forest({"gibbs": fits["gibbs"], "vi": fits["vi"]}, "f", num_draws=300)
     assert "all 12 coordinates" in two._suptitle.get_text() and "ECM" not in two._suptitle.get_text()
+
+
+def _public_figures():
+    """Every public plot function of ppl_bsvm.compare.plots, drawn on small fits."""
+    fits = {name: _fit(name, sd, k=6, seed=i) for i, (name, sd) in
+            enumerate([("gibbs", 1.0), ("vi", 0.6)])}
+    sampler = _fit("gibbs", 1.0, k=6, chains=2)
+    traced = types.SimpleNamespace(trace={"elbo": np.array([-5.0, -3.0, -2.5])})
+    rng = np.random.default_rng(0)
+    p_ref = rng.uniform(size=60)
+    y = np.where(rng.uniform(size=60) < p_ref, 1, -1)
+    return {
+        "plot_sd_scatter": plots.plot_sd_scatter(fits["gibbs"], {"vi": fits["vi"]}, "f"),
+        "plot_marginals": plots.plot_marginals(fits, "f", num_draws=200),
+        "plot_forest": plots.plot_forest(fits, "f", num_draws=200),
+        "plot_predictive_scatter": plots.plot_predictive_scatter(
+            p_ref, {"vi": np.clip(p_ref + 0.05, 0, 1), "ecm": p_ref ** 1.2}),
+        "plot_reliability": plots.plot_reliability(y, {"gibbs": p_ref}),
+        "plot_objective_traces": plots.plot_objective_traces({"svi": traced}),
+        "plot_mcmc_trace": plots.plot_mcmc_trace(sampler, "f", max_panels=2),
+    }
+
+
+def _labelled(ax, axis: str) -> bool:
+    """``ax`` says what its ``axis`` shows: a label, or a sibling (shared axis) with one, or
+    no tick labels to explain (densities without a y scale, arviz's label column)."""
+    get = ax.get_xlabel if axis == "x" else ax.get_ylabel
+    if get():
+        return True
+    shared = ax.get_shared_x_axes() if axis == "x" else ax.get_shared_y_axes()
+    if any((s.get_xlabel() if axis == "x" else s.get_ylabel()) for s in shared.get_siblings(ax)):
+        return True
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    values = ax.get_xticks() if axis == "x" else ax.get_yticks()
+    visible = [t for t in ticks if t.get_visible() and t.get_text()]
+    return len(values) == 0 or (axis == "x" and visible and not any(
+        c.isdigit() for t in visible for c in t.get_text()))
+
+
+def test_every_public_plot_has_a_title_labelled_axes_and_a_readable_legend():
+    """Issue 33's standard for every public plot function: a title, every panel's axes
+    labelled (or saying nothing that needs a label), legends at 8 pt or more."""
+    figures = _public_figures()
+    public = {n for n in plots.__all__ if n.startswith("plot_")}
+    assert set(figures) == public
+    for name, fig in figures.items():
+        titles = [fig._suptitle.get_text() if fig._suptitle else ""]
+        titles += [ax.get_title() for ax in fig.axes]
+        assert any(titles), name
+        for ax in [a for a in fig.axes if a.get_visible()]:
+            assert _labelled(ax, "x"), (name, ax.get_title(), "x")
+            assert _labelled(ax, "y"), (name, ax.get_title(), "y")
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+        for legend in legends:
+            assert min(t.get_fontsize() for t in legend.get_texts()) >= 8, name
+        matplotlib.pyplot.close(fig)

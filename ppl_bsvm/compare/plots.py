@@ -14,6 +14,7 @@ from .table import posterior_draws
 
 __all__ = [
     "comparable_idata",
+    "gaussian_marginals",
     "plot_sd_scatter",
     "plot_marginals",
     "plot_forest",
@@ -69,9 +70,33 @@ def _label(fit: Fit, var: str, index) -> list[str]:
     return [f"{var}[{c}]" for c in coords]
 
 
+def gaussian_marginals(fit: Fit, var: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(mean, sd)`` of every coordinate of ``var`` where ``fit`` is a Gaussian approximation
+    that stores them (``idata.approximation``: ``<var>_mean`` with ``<var>_var`` or
+    ``<var>_cov``; its draws come from that Gaussian), else None (samplers, ADVI)."""
+    if "approximation" not in fit.idata.children:
+        return None
+    approx = fit.idata["approximation"]
+    if f"{var}_mean" not in approx:
+        return None
+    mean = np.asarray(approx[f"{var}_mean"], dtype=float)
+    if f"{var}_var" in approx:
+        variance = np.asarray(approx[f"{var}_var"], dtype=float)
+    elif f"{var}_cov" in approx:
+        variance = np.diagonal(np.asarray(approx[f"{var}_cov"], dtype=float))
+    else:
+        return None
+    if mean.ndim != 1 or variance.shape != mean.shape:
+        return None
+    return mean, np.sqrt(np.maximum(variance, 0.0))
+
+
 def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int = 9,
                    num_draws: int = 2000, seed: int = 0, kind: str = "kde"):
-    """Overlaid marginal posterior densities of ``var`` across fits, one panel per coordinate.
+    """Overlaid marginal posterior densities of ``var`` across fits, one panel per coordinate:
+    a Gaussian approximation's exact density (:func:`gaussian_marginals`; a kernel density
+    estimate of its draws would be jagged, even two-humped, where the density is a normal),
+    a kernel density estimate of the draws for the others (samplers, ADVI).
 
     For ``f`` (one coordinate per training point) at most ``max_panels`` coordinates are shown:
     those where the first fit (the reference) is least certain (largest posterior sd), as the
@@ -94,9 +119,17 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
         ax.set_visible(False)
     for name, tree in trees.items():
         draws = np.asarray(tree.posterior[var]).reshape(-1, len(index))
+        exact = gaussian_marginals(fits[name], var) if kind == "kde" else None
+        if exact is not None and exact[0].shape[0] != posterior_draws(fits[name], var).shape[1]:
+            exact = None
         for j, ax in enumerate(axes.flat[:len(index)]):
             x = draws[:, j]
-            if kind == "hist" or np.ptp(x) == 0:
+            if exact is not None and exact[1][index[j]] > 0:
+                m, sd = exact[0][index[j]], exact[1][index[j]]
+                grid = np.linspace(m - 4 * sd, m + 4 * sd, 200)
+                ax.plot(grid, np.exp(-0.5 * ((grid - m) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)),
+                        lw=1.3, label=name)
+            elif kind == "hist" or np.ptp(x) == 0:
                 ax.hist(x, bins=40, density=True, histtype="step", label=name)
             else:
                 grid = np.linspace(x.min(), x.max(), 200)
@@ -110,10 +143,15 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
             ax.set_ylabel("density", fontsize=8)
     shown = ("all coordinates" if len(index) == posterior_draws(first, var).shape[1] else
              f"the {len(index)} coordinates where {first_name} is least certain (largest sd)")
-    fig.suptitle(f"Marginal posteriors of {var}: {shown}", fontsize=10)
+    exact_names = [n for n in trees if gaussian_marginals(fits[n], var) is not None]
+    how = ""
+    if kind == "kde" and exact_names:
+        how = (f"\n{', '.join(exact_names)}: the Gaussian approximation's exact density; "
+               "the others: kernel density estimates of their draws")
+    fig.suptitle(f"Marginal posteriors of {var}: {shown}{how}", fontsize=10)
     handles, names = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.93 if how else 0.95))
     return fig
 
 

@@ -172,3 +172,24 @@ def test_every_public_plot_has_a_title_labelled_axes_and_a_readable_legend():
         for legend in legends:
             assert min(t.get_fontsize() for t in legend.get_texts()) >= 8, name
         matplotlib.pyplot.close(fig)
+
+
+def test_a_gaussian_approximation_is_drawn_as_its_exact_density():
+    """A fit that stores its Gaussian (``approximation``: mean and variance) is drawn as the
+    normal density, not as a kernel density estimate of its draws; the caption says which."""
+    import xarray as xr
+
+    reference, vi = _fit("gibbs", 1.0, k=3, seed=0), _fit("vi", 0.5, k=3, seed=1)
+    mean, sd = np.array([0.1, -0.2, 0.3]), np.array([0.25, 0.5, 0.75])
+    vi.idata["approximation"] = xr.DataTree(xr.Dataset({"f_mean": ("obs", mean),
+                                                        "f_var": ("obs", sd ** 2)}))
+    m, s = plots.gaussian_marginals(vi, "f")
+    np.testing.assert_allclose(m, mean) and np.testing.assert_allclose(s, sd)
+    assert plots.gaussian_marginals(reference, "f") is None
+    fig = plots.plot_marginals({"gibbs": reference, "vi": vi}, "f", num_draws=300)
+    assert "vi: the Gaussian approximation's exact density" in fig._suptitle.get_text()
+    for j, ax in enumerate(a for a in fig.axes if a.get_visible()):
+        _, line = ax.get_lines()  # gibbs (kde), vi (exact)
+        x, y = line.get_xdata(), line.get_ydata()
+        np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mean[j]) / sd[j]) ** 2)
+                                   / (sd[j] * np.sqrt(2 * np.pi)), rtol=1e-12)

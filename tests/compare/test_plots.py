@@ -115,7 +115,8 @@ def test_forest_states_its_intervals_and_names_its_axes():
     assert [t.get_text() for t in legend.get_texts()] == list(fits)
     assert min(t.get_fontsize() for t in legend.get_texts()) >= 8
     two = plots.plot_forest({"gibbs": fits["gibbs"], "vi": fits["vi"]}, "f", num_draws=300)
-    assert "all 12 coordinates" in two._suptitle.get_text() and "ECM" not in two._suptitle.get_text()
+    title = two._suptitle.get_text()
+    assert "all 12 coordinates" in title and "ECM" not in title
 
 
 def _public_figures():

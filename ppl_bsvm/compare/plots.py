@@ -22,6 +22,7 @@ __all__ = [
     "plot_reliability",
     "plot_objective_traces",
     "plot_mcmc_trace",
+    "worst_ess_coords",
 ]
 
 
@@ -346,44 +347,55 @@ def plot_objective_traces(fits: dict[str, Fit]):
     return fig
 
 
-def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 6, name: str | None = None):
-    """A sampler's chains for a few coordinates of ``var`` (those it is least certain of):
-    their densities (left) and traces against the draw (right), one colour per coordinate and
-    one line style per chain, with a title and a legend."""
+def worst_ess_coords(fit: Fit, var: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` coordinates of ``var`` with the smallest bulk ESS (rank-normalised split
+    chains, as ``Fit.summary`` reports: ``ppl_bsvm.inference.mcmc._common.bulk_ess``), worst
+    first, and their ESS."""
+    from ..inference.mcmc._common import bulk_ess
+
+    values = np.asarray(fit.idata.posterior[var], dtype=float)
+    values = values.reshape(values.shape[0], values.shape[1], -1)
+    ess = np.asarray(bulk_ess(values), dtype=float)
+    order = np.argsort(np.where(np.isfinite(ess), ess, np.inf), kind="stable")[:k]
+    return order, ess[order]
+
+
+def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 3, name: str | None = None):
+    """A sampler's chains at the coordinates of ``var`` it mixes worst (smallest bulk ESS:
+    :func:`worst_ess_coords`), one row per coordinate: each chain's density (left) and trace
+    against the draw (right), one colour per chain, the coordinate's ESS in the row's title.
+    Chains that agree overlap on the left and look alike on the right."""
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     from scipy.stats import gaussian_kde
 
-    index = _select_coords({"fit": fit}, var, max_panels)
-    values = np.asarray(fit.idata.posterior[var])[:, :, index]  # (chains, draws, k)
+    max_panels = positive_int("max_panels", max_panels)
+    index, ess = worst_ess_coords(fit, var, max_panels)
+    values = np.asarray(fit.idata.posterior[var], dtype=float)
+    values = values.reshape(values.shape[0], values.shape[1], -1)[:, :, index]
     labels = _label(fit, var, index)
-    styles = ["-", "--", ":", "-."]
-    fig, (ax_d, ax_t) = plt.subplots(1, 2, figsize=(11, 3.6),
-                                     gridspec_kw={"width_ratios": [1, 2]})
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for j in range(len(index)):
-        colour = colours[j % len(colours)]
-        for c in range(values.shape[0]):
-            x = values[c, :, j]
-            style = styles[c % len(styles)]
-            ax_t.plot(x, color=colour, ls=style, lw=0.5, alpha=0.7)
+    chains, draws = values.shape[:2]
+    fig, axes = plt.subplots(len(index), 2, figsize=(11, 2.3 * len(index) + 0.9),
+                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.4]})
+    for row, (ax_d, ax_t) in enumerate(axes):
+        for c in range(chains):
+            x = values[c, :, row]
+            line, = ax_t.plot(x, lw=0.6, alpha=0.8, label=f"chain {c}")
             if np.ptp(x) > 0:
                 grid = np.linspace(x.min(), x.max(), 150)
-                ax_d.plot(grid, gaussian_kde(x)(grid), color=colour, ls=style, lw=1)
-    ax_d.set_yticks([])
-    ax_d.set_xlabel(var)
-    ax_d.set_title("density per chain", fontsize=9)
-    ax_t.set_xlabel("draw (after warm-up)")
-    ax_t.set_ylabel(var)
-    ax_t.set_title("trace per chain", fontsize=9)
-    handles = [Line2D([], [], color=colours[j % len(colours)], label=labels[j])
-               for j in range(len(index))]
-    handles += [Line2D([], [], color="0.3", ls=styles[c % len(styles)], label=f"chain {c}")
-                for c in range(values.shape[0])]
-    ax_t.legend(handles=handles, fontsize=8, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+                ax_d.plot(grid, gaussian_kde(x)(grid), color=line.get_color(), lw=1.2)
+        ax_d.set_yticks([])
+        ax_d.set_ylabel("density", fontsize=9)
+        ax_d.set_xlabel(labels[row], fontsize=9)
+        ax_t.set_ylabel(labels[row], fontsize=9)
+        ax_t.set_title(f"{labels[row]}: bulk ESS {ess[row]:.0f} of {chains * draws} draws",
+                       fontsize=9)
+        ax_t.set_xlabel("draw (after warm-up)" if row == len(index) - 1 else "", fontsize=9)
+        if row < len(index) - 1:
+            ax_t.sharex(axes[-1][1])
+    axes[0][1].legend(fontsize=8, ncol=min(chains, 4), loc="lower right",
+                      bbox_to_anchor=(1.0, 1.12), frameon=False)
     who = name or fit.method
-    fig.suptitle(f"{who} ({fit.model}): {values.shape[0]} chains of {values.shape[1]} draws, "
-                 f"{var} at the {len(index)} coordinates with the largest posterior sd",
-                 fontsize=10)
+    fig.suptitle(f"{who} ({fit.model}): {chains} chains of {draws} draws at the {len(index)} "
+                 f"coordinates of {var} with the smallest bulk ESS", fontsize=10)
     fig.tight_layout()
     return fig

@@ -66,13 +66,25 @@ def test_objective_traces_count_steps():
     assert {ax.get_xlabel() for ax in fig.axes} == {"step"}
 
 
-def test_mcmc_trace_has_a_title_and_a_legend():
-    fig = plots.plot_mcmc_trace(_fit("gibbs", 1.0, k=5, chains=3), "f", max_panels=2,
-                                name="reference")
+def test_mcmc_trace_shows_the_worst_mixing_coordinates_chain_by_chain():
+    """One row per coordinate, the smallest bulk ESS first (as the summary reports it), one
+    colour per chain, the ESS in each row's title; a coordinate made sticky (each value held
+    for ten draws) is the one shown first."""
+    from ppl_bsvm.inference.mcmc._common import bulk_ess
+
+    fit = _fit("gibbs", 1.0, k=5, chains=3)
+    f = fit.idata.posterior["f"].values
+    f[:, :, 2] = np.repeat(f[:, ::10, 2], 10, axis=1)  # f[102] autocorrelated
+    index, ess = plots.worst_ess_coords(fit, "f", 2)
+    assert index[0] == 2 and ess[0] == pytest.approx(bulk_ess(f)[2])
+    assert ess[0] < ess[1] == pytest.approx(np.sort(bulk_ess(f))[1])
+    fig = plots.plot_mcmc_trace(fit, "f", max_panels=2, name="reference")
     assert fig._suptitle.get_text().startswith("reference (gp): 3 chains of 400 draws")
-    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
-    assert legend == ["f[103]", "f[104]", "chain 0", "chain 1", "chain 2"]
-    assert len(fig.axes[1].get_lines()) == 2 * 3
+    assert "smallest bulk ESS" in fig._suptitle.get_text()
+    (d0, t0), (d1, t1) = np.reshape(fig.axes, (2, 2))
+    assert t0.get_title() == f"f[102]: bulk ESS {ess[0]:.0f} of 1200 draws"
+    assert [t.get_text() for t in t0.get_legend().get_texts()] == ["chain 0", "chain 1", "chain 2"]
+    assert len(t0.get_lines()) == len(d0.get_lines()) == 3
 
 
 def test_sd_scatter_puts_each_coordinate_against_the_reference():

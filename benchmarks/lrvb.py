@@ -203,7 +203,7 @@ def scale(sizes, repeats: int):
     """Section (d): S-BSVM's correction on the ``susy`` generator (module doc)."""
     import warnings
 
-    from ppl_bsvm.inference.vi import sbsvm_response
+    from ppl_bsvm.inference.vi import lrvb, sbsvm_response
 
     out = []
     for n, m in sizes:
@@ -227,7 +227,7 @@ def scale(sizes, repeats: int):
         out.append({
             "n": n, "m": m, "status": lr.idata.attrs.get("covariance"),
             "sweeps": int(lr.idata.attrs.get("polish_sweeps", -1)),
-            "form": "n x n" if sbsvm_response.uses_dense(n, m) else "moments",
+            "form": "n x n" if lrvb.uses_dense(n, m) else "moments",
             "estimate_s": sbsvm_response.response_flops(n, m, X.shape[1]) / RATE,
             "sd_ratio": float(np.median(np.sqrt(a["f_var_mean_field"].values
                                                 / a["f_var"].values))),

@@ -48,23 +48,13 @@ from ._svi import BatchStatistics, batch_statistics, target_from_statistics
 from .sbsvm_defaults import default_polish, inducing_count
 from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
 
-__all__ = ["RESPONSE_FLOATS", "POLISH_SWEEPS", "Response", "linear_response", "respond", "response_chunk",
-           "uses_dense", "response_flops", "response_bytes", "engine_flops", "size"]
-
-RESPONSE_FLOATS = lrvb.MOMENT_FLOATS
-"""Floats in each of a chunk's products of ``w``'s entries (``lrvb.MOMENT_FLOATS``)."""
+__all__ = ["POLISH_SWEEPS", "Response", "linear_response", "respond", "response_flops",
+           "response_bytes", "engine_flops", "size"]
 
 
 def size(m: int) -> int:
     """``P = m (m + 3) / 2``: the unknowns of the fixed point ``(mean, vech covariance)``."""
     return m * (m + 3) // 2
-
-
-response_chunk = lrvb.moments_chunk
-"""Rows per chunk of the moments pass (``lrvb.moments_chunk``, with ``p = m``)."""
-
-uses_dense = lrvb.uses_dense
-"""Whether the ``n x n`` form is the cheaper (``lrvb.uses_dense``, with ``p = m``)."""
 
 
 POLISH_SWEEPS = 30
@@ -125,10 +115,10 @@ def response_bytes(n: int, m: int) -> int:
     """Working bytes of the response: with the moments, ``G``, ``I - G`` and its factor
     (``3 P^2``) and a chunk's products (``4 chunk Pq``); in ``n x n`` form, four ``n x n``
     matrices (``H``, ``M``, its factor, a product)."""
-    if uses_dense(n, m):
+    if lrvb.uses_dense(n, m):
         return FLOAT * 4 * n * n
     P, Pq = size(m), m * (m + 1) // 2
-    return FLOAT * (3 * P * P + 4 * response_chunk(n, m) * Pq)
+    return FLOAT * (3 * P * P + 4 * lrvb.moments_chunk(n, m) * Pq)
 
 
 class Response(NamedTuple):

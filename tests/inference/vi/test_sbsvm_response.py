@@ -237,7 +237,7 @@ def test_cost_and_memory_estimates_count_the_response():
     flops = sbsvm_response.engine_flops(10**5, 18, on) - sweeps
     assert 0.25 * 1e5 * P**2 < flops - P**3 / 3 < 0.35 * 1e5 * P**2
     # few rows: the n x n form
-    assert sbsvm_response.uses_dense(1000, 64) and not sbsvm_response.uses_dense(10**4, 64)
+    assert lrvb.uses_dense(1000, 64) and not lrvb.uses_dense(10**4, 64)
     assert sbsvm_response.response_bytes(1000, 64) == 4 * 1000**2 * 8
     assert sbsvm_response.engine_flops(10**5, 18, {"num_inducing": 64}) == 0.0
     # the polish where it runs (by default up to 5000 points): sweeps of n (m d + 4 m^2)

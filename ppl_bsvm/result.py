@@ -403,13 +403,21 @@ def _time_row(timings: dict) -> str:
     return text
 
 
+def _chains_and_draws(idata) -> tuple[int, int] | None:
+    """The posterior's chains and draws per chain (None without a posterior)."""
+    if "posterior" not in idata.children:
+        return None
+    sizes = idata["posterior"].sizes
+    return int(sizes.get("chain", 1)), int(sizes.get("draw", 0))
+
+
 def _draws_row(idata, options: dict) -> str:
     """A sampler's stop: the draws it kept per chain, after how many warmup iterations (which
     ``n_iter`` counts too) and at what thinning."""
-    if "posterior" not in idata.children:
+    counts = _chains_and_draws(idata)
+    if counts is None:
         return "draws"
-    sizes = idata["posterior"].sizes
-    chains, draws = int(sizes.get("chain", 1)), int(sizes.get("draw", 0))
+    chains, draws = counts
     text = f"all draws: {draws} per chain x {chains} chain{'s' if chains > 1 else ''}"
     warmup, thinning = options.get("num_warmup"), options.get("thinning", 1) or 1
     if warmup is not None:
@@ -427,10 +435,8 @@ def _convergence_rows(idata) -> list[tuple[str, str]]:
     if attrs.get("rhat_max") is None:
         return []
     rows = [("R-hat (max)", f"{float(attrs['rhat_max']):.4g}")]
-    total = None
-    if "posterior" in idata.children:
-        sizes = idata["posterior"].sizes
-        total = int(sizes.get("chain", 1)) * int(sizes.get("draw", 0))
+    counts = _chains_and_draws(idata)
+    total = None if counts is None else counts[0] * counts[1]
     for key, name in (("ess_bulk_min", "ESS bulk (min)"), ("ess_tail_min", "ESS tail (min)")):
         if attrs.get(key) is None:
             continue

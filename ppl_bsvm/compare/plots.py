@@ -74,7 +74,8 @@ def _label(fit: Fit, var: str, index) -> list[str]:
 def gaussian_marginals(fit: Fit, var: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(mean, sd)`` of every coordinate of ``var`` where ``fit`` is a Gaussian approximation
     that stores them (``idata.approximation``: ``<var>_mean`` with ``<var>_var`` or
-    ``<var>_cov``; its draws come from that Gaussian), else None (samplers, ADVI)."""
+    ``<var>_cov``, one entry per coordinate of its posterior draws, which come from that
+    Gaussian), else None (samplers, ADVI)."""
     if "approximation" not in fit.idata.children:
         return None
     approx = fit.idata["approximation"]
@@ -89,6 +90,10 @@ def gaussian_marginals(fit: Fit, var: str) -> tuple[np.ndarray, np.ndarray] | No
         return None
     if mean.ndim != 1 or variance.shape != mean.shape:
         return None
+    posterior = fit.idata["posterior"] if "posterior" in fit.idata.children else None
+    if posterior is not None and var in posterior:
+        if mean.size != int(np.prod(posterior[var].shape[2:])):
+            return None
     return mean, np.sqrt(np.maximum(variance, 0.0))
 
 
@@ -118,11 +123,11 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.3 * rows + 0.9), squeeze=False)
     for ax in axes.flat[len(index):]:
         ax.set_visible(False)
+    gaussians = {} if kind != "kde" else {
+        name: g for name in trees if (g := gaussian_marginals(fits[name], var)) is not None}
     for name, tree in trees.items():
         draws = np.asarray(tree.posterior[var]).reshape(-1, len(index))
-        exact = gaussian_marginals(fits[name], var) if kind == "kde" else None
-        if exact is not None and exact[0].shape[0] != posterior_draws(fits[name], var).shape[1]:
-            exact = None
+        exact = gaussians.get(name)
         for j, ax in enumerate(axes.flat[:len(index)]):
             x = draws[:, j]
             if exact is not None and exact[1][index[j]] > 0:
@@ -144,10 +149,9 @@ def plot_marginals(fits: dict[str, Fit], var: str = "beta", *, max_panels: int =
             ax.set_ylabel("density", fontsize=8)
     shown = ("all coordinates" if len(index) == posterior_draws(first, var).shape[1] else
              f"the {len(index)} coordinates where {first_name} is least certain (largest sd)")
-    exact_names = [n for n in trees if gaussian_marginals(fits[n], var) is not None]
     how = ""
-    if kind == "kde" and exact_names:
-        how = (f"\n{', '.join(exact_names)}: the Gaussian approximation's exact density; "
+    if gaussians:
+        how = (f"\n{', '.join(gaussians)}: the Gaussian approximation's exact density; "
                "the others: kernel density estimates of their draws")
     fig.suptitle(f"Marginal posteriors of {var}: {shown}{how}", fontsize=10)
     handles, names = axes.flat[0].get_legend_handles_labels()

@@ -22,6 +22,9 @@ __all__ = [
     "plot_reliability",
     "plot_objective_traces",
     "plot_mcmc_trace",
+    "plot_rank",
+    "plot_ess",
+    "plot_accuracy_time",
     "worst_ess_coords",
 ]
 
@@ -402,4 +405,163 @@ def plot_mcmc_trace(fit: Fit, var: str = "beta", *, max_panels: int = 3, name: s
     fig.suptitle(f"{who} ({fit.model}): {chains} chains of {draws} draws at the {len(index)} "
                  f"coordinates of {var} with the smallest bulk ESS", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def _figure_of(pc):
+    """The matplotlib ``Figure`` of an arviz-plots ``PlotCollection``."""
+    fig = pc.viz["figure"]
+    return fig.item() if hasattr(fig, "item") else fig
+
+
+def _worst_selection(fit: Fit, var: str, max_panels: int):
+    """The worst-mixing coordinates of ``var`` as arviz-plots ``coords``, with their labels
+    and bulk ESS, worst first."""
+    max_panels = positive_int("max_panels", max_panels)
+    if "posterior" not in fit.idata.children or var not in fit.idata["posterior"]:
+        raise ValueError(f"the fit has no posterior draws of {var!r}")
+    da = fit.idata.posterior[var]
+    if da.sizes.get("chain", 1) < 2:
+        raise ValueError(f"{var!r} has one chain: rank and ESS plots compare chains "
+                         "(fit with num_chains >= 2)")
+    index, ess = worst_ess_coords(fit, var, max_panels)
+    dim = da.dims[2] if da.ndim > 2 else None
+    coords = {} if dim is None else {dim: list(da.coords[dim].values[index])}
+    return coords, _label(fit, var, index), ess, int(da.sizes["chain"] * da.sizes["draw"])
+
+
+def _one_row(fig, labels: list[str], ess, total: int, ylabel: str) -> None:
+    """Titles each panel of an arviz-plots row with its coordinate and bulk ESS, and labels
+    the first panel's y-axis."""
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    for ax, label, e in zip(axes, labels, ess):
+        ax.set_title(f"{label}: bulk ESS {e:.0f} of {total}", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.xaxis.label.set_fontsize(9)
+    for ax in axes:
+        ax.set_ylabel(ylabel, fontsize=9)
+
+
+def plot_rank(fit: Fit, var: str = "beta", *, max_panels: int = 3, name: str | None = None):
+    """Rank plots (arviz-plots ``plot_rank``) of a sampler's chains at the coordinates of
+    ``var`` it mixes worst (:func:`worst_ess_coords`): for each chain, the empirical CDF of
+    its draws' ranks among all chains' draws, minus the uniform CDF. Chains that sample the
+    same distribution stay near zero together; one chain far above or below the others has
+    not mixed. Each panel's ``p`` is ArviZ's simultaneous test of uniform ranks (small: the
+    chains differ).
+
+    Returns the matplotlib ``Figure``.
+    """
+    import arviz_plots as azp
+
+    coords, labels, ess, total = _worst_selection(fit, var, max_panels)
+    chains = int(fit.idata.posterior[var].sizes["chain"])
+    pc = azp.plot_rank(fit.idata, var_names=[var], coords=coords, backend="matplotlib",
+                       visuals={"remove_axis": False},
+                       figure_kwargs={"figsize": (3.6 * len(labels) + 1.2, 3.4)})
+    fig = _figure_of(pc)
+    _one_row(fig, labels, ess, total, "rank ECDF - uniform")
+    pc.add_legend("chain", loc="center left", bbox_to_anchor=(0.9, 0.5), fontsize=9,
+                  title_fontsize=9)
+    who = name or fit.method
+    fig.suptitle(f"{who} ({fit.model}): rank plots of {chains} chains at the {len(labels)} "
+                 f"coordinates of {var} with the smallest bulk ESS", fontsize=10)
+    fig.subplots_adjust(top=0.8, wspace=0.35, right=0.89)
+    return fig
+
+
+def plot_ess(fit: Fit, var: str = "beta", *, max_panels: int = 3, min_ess: int = 400,
+             name: str | None = None):
+    """Local effective sample sizes (arviz-plots ``plot_ess``, ``kind="local"``) at the
+    coordinates of ``var`` a sampler mixes worst: the ESS of the indicator of each small
+    quantile interval, i.e. how well the chains resolve each part of the distribution (the
+    tails are usually worst). The dashed line is ``min_ess``, the rule-of-thumb floor for
+    quoting posterior sds and 90 % intervals to two digits.
+
+    Returns the matplotlib ``Figure``.
+    """
+    import arviz_plots as azp
+
+    coords, labels, ess, total = _worst_selection(fit, var, max_panels)
+    min_ess = positive_int("min_ess", min_ess)
+    pc = azp.plot_ess(fit.idata, var_names=[var], coords=coords, backend="matplotlib",
+                      kind="local", min_ess=min_ess,
+                      figure_kwargs={"figsize": (3.6 * len(labels) + 0.4, 3.4)})
+    fig = _figure_of(pc)
+    _one_row(fig, labels, ess, total, "local ESS")
+    for ax in fig.axes:
+        ax.set_xlabel("quantile", fontsize=9)
+    who = name or fit.method
+    fig.suptitle(f"{who} ({fit.model}): local ESS of {var} at its {len(labels)} worst-mixing "
+                 f"coordinates (the line: {min_ess})", fontsize=10)
+    fig.subplots_adjust(top=0.8, wspace=0.35)
+    return fig
+
+
+ACCURACY_MEASURES = {"sd_ratio": ("sd ratio to the reference", 1.0),
+                     "coverage_90": ("reference draws inside the 90 % interval", 0.9)}
+"""The panels of :func:`plot_accuracy_time`: the table's column, its axis label and the value
+of an exact answer (a line across the panel)."""
+
+
+def plot_accuracy_time(table, seconds: dict, *, variable: str = "f",
+                       cold_seconds: dict | None = None, reference_seconds: float | None = None,
+                       reference_name: str = "reference"):
+    """Accuracy against time, one point per candidate: its ``sd_ratio`` and ``coverage_90``
+    for ``variable`` (rows of a :func:`~ppl_bsvm.compare.compare` table) against the seconds
+    it took (``seconds``, by candidate name; log scale). Pass the time of a second fit of
+    the same shape (its programs compiled) as ``seconds`` and the first fit's as
+    ``cold_seconds``: each candidate then shows both, a filled point at run time and a hollow
+    one joined to it at first-call time, the difference being JAX's compilation, which a
+    user pays once per shape. ``reference_seconds`` draws the reference's time as a vertical
+    line. Candidates in ``seconds`` without a row of ``variable`` raise ``ValueError``.
+
+    Returns the matplotlib ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+
+    if not seconds:
+        raise ValueError("seconds is empty: give each candidate's time in seconds")
+    rows = table[table["variable"] == variable].set_index("candidate")
+    missing = [name for name in seconds if name not in rows.index]
+    if missing:
+        raise ValueError(f"the table has no {variable!r} row for {missing}; its candidates: "
+                         f"{sorted(set(rows.index))}")
+    for what, values in (("seconds", seconds), ("cold_seconds", cold_seconds or {})):
+        bad = {k: v for k, v in values.items() if not (np.isfinite(v) and v > 0)}
+        if bad:
+            raise ValueError(f"{what} must be positive and finite, got {bad}")
+    fig, axes = plt.subplots(1, len(ACCURACY_MEASURES), figsize=(10, 3.9), sharex=True)
+    for ax, (column, (label, exact)) in zip(axes, ACCURACY_MEASURES.items()):
+        ax.axhline(exact, color="0.5", lw=1, ls="--", label="an exact answer")
+        if reference_seconds is not None:
+            ax.axvline(reference_seconds, color="0.3", lw=1, ls=":",
+                       label=f"{reference_name} ({reference_seconds:.3g} s)")
+        for k, (name, t) in enumerate(seconds.items()):
+            y = float(rows.loc[name, column])
+            color = f"C{k}"
+            ax.scatter([t], [y], s=40, color=color, zorder=3, label=name)
+            cold = (cold_seconds or {}).get(name)
+            if cold is not None:
+                ax.plot([t, cold], [y, y], color=color, lw=1, alpha=0.6)
+                ax.scatter([cold], [y], s=40, facecolors="none", edgecolors=color, zorder=3)
+            # alternately above and below, so that nearby candidates' names do not overlap
+            ax.annotate(name, (t, y), textcoords="offset points", fontsize=8,
+                        xytext=(4, 5) if k % 2 == 0 else (4, -12))
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds (log scale)")
+        ax.set_ylabel(label)
+        ax.set_title(column, fontsize=10)
+    handles, names = axes[0].get_legend_handles_labels()
+    if cold_seconds:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], marker="o", ls="", markerfacecolor="none",
+                              markeredgecolor="0.3"))
+        names.append("first call (with compilation)")
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(0.84, 0.5), fontsize=8,
+               frameon=False)
+    fig.suptitle(f"Accuracy of {variable} against time: each candidate against "
+                 f"{reference_name}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
     return fig

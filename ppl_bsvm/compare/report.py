@@ -133,6 +133,7 @@ def report(
     num_draws: int = 2000,
     seed: int = 0,
     replicate=None,
+    run_seconds: dict | None = None,
 ) -> Path:
     """Compare fits and write ``report.md``, CSV tables and PNG figures to ``folder``.
 
@@ -145,6 +146,11 @@ def report(
     title : str
     description : str
         A paragraph placed under the title (data set, split, settings).
+    run_seconds : dict, optional
+        Each candidate's time once its programs are compiled (a second fit of the same
+        shapes), by name: the accuracy-against-time figure then shows it beside the first
+        call's time (``Fit.timings["total"]``, compilation included). Without it, the figure
+        shows the first call's time only and says so.
 
     Returns
     -------
@@ -154,7 +160,7 @@ def report(
                     num_draws=num_draws, seed=seed, replicate=replicate)
     return write_report(table, reference, candidates, X_test, y_test, folder=folder,
                         title=title, description=description, num_draws=num_draws, seed=seed,
-                        replicate=replicate)
+                        replicate=replicate, run_seconds=run_seconds)
 
 
 def write_report(
@@ -170,6 +176,7 @@ def write_report(
     num_draws: int = 2000,
     seed: int = 0,
     replicate=None,
+    run_seconds: dict | None = None,
 ) -> Path:
     """Write the report of an existing :func:`compare` table (see :func:`report`;
     ``replicate``, the reference's rerun if the table has one, is listed with the fits)."""
@@ -209,7 +216,8 @@ def write_report(
         lines += [f"## Diagnostics of the reference ({reference.method})", "",
                   markdown_table(diag, index=True), ""]
 
-    figures = _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, seed)
+    figures = _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, seed,
+                       run_seconds)
     if figures:
         lines += ["## Figures", ""]
         for caption, file in figures:
@@ -256,13 +264,28 @@ def _notes(rows: pd.DataFrame) -> list[str]:
     return ["note"] if (rows["note"] != "").any() else []
 
 
-def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, seed):
+def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, seed,
+             run_seconds=None):
+    """The report's figures, headline first: ``[(caption, file name)]``."""
     out = []
     reference = fits[reference_name]
     shared = [v for v in ("beta", "f") if v in set(table["variable"])]
     drawn = {k: f for k, f in fits.items() if has_draws(f)}
+    candidates = {k: f for k, f in drawn.items() if k != reference_name}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # plotting libraries' own deprecation chatter
+        for var in shared:
+            if candidates and var in reference.idata.posterior:
+                fig = plots.plot_sd_scatter(reference, candidates, var,
+                                            reference_name=reference_name)
+                _save(fig, folder / f"sd_scatter_{var}.png")
+                out.append((f"Posterior sd of each {var} coordinate against {reference_name}",
+                            f"sd_scatter_{var}.png"))
+        if shared:
+            figure = _accuracy_time(fits, reference_name, table, shared[-1], run_seconds)
+            if figure is not None:
+                _save(figure[0], folder / "accuracy_time.png")
+                out.append((figure[1], "accuracy_time.png"))
         for var in shared:
             having = {k: f for k, f in drawn.items() if var in f.idata.posterior}
             pc = plots.plot_marginals(having, var, num_draws=num_draws, seed=seed)
@@ -281,7 +304,8 @@ def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, see
                 y_pm = reference.labels.encode(y_test)
                 fig = plots.plot_reliability(y_pm, {reference_name: p_ref, **probas})
                 _save(fig, folder / "reliability.png")
-                out.append(("Reliability diagram", "reliability.png"))
+                out.append(("Calibration: reliability diagram on the test data",
+                            "reliability.png"))
         traced = {k: f for k, f in fits.items() if {"elbo", "objective"} & set(f.trace)}
         if traced:
             fig = plots.plot_objective_traces(traced)
@@ -291,4 +315,32 @@ def _figures(fits, reference_name, table, X_test, y_test, folder, num_draws, see
             pc = plots.plot_mcmc_trace(reference, shared[0], name=reference_name)
             _save(pc, folder / "reference_trace.png")
             out.append((f"Reference sampler traces ({shared[0]})", "reference_trace.png"))
+            fig = plots.plot_rank(reference, shared[0], name=reference_name)
+            _save(fig, folder / "reference_rank.png")
+            out.append((f"Reference sampler rank plots ({shared[0]})", "reference_rank.png"))
     return out
+
+
+def _accuracy_time(fits, reference_name, table, var, run_seconds):
+    """The accuracy-against-time figure of the candidates with a row of ``var`` and its
+    caption, or None when there are none. Times: ``run_seconds`` with the first call's
+    beside them, else the first call's alone (the caption says which); the reference's is its
+    sampling time without compilation where it has one (``timings["mcmc"]``)."""
+    rows = set(table.loc[table["variable"] == var, "candidate"])
+    names = [k for k in fits if k != reference_name and k in rows and "total" in fits[k].timings]
+    if run_seconds:
+        names = [k for k in names if k in run_seconds]
+    if not names:
+        return None
+    first = {k: float(fits[k].timings["total"]) for k in names}
+    seconds = {k: float(run_seconds[k]) for k in names} if run_seconds else first
+    ref = fits[reference_name].timings
+    ref_seconds = ref.get("mcmc", ref.get("total"))
+    fig = plots.plot_accuracy_time(table, seconds, variable=var,
+                                   cold_seconds=first if run_seconds else None,
+                                   reference_seconds=None if ref_seconds is None
+                                   else float(ref_seconds), reference_name=reference_name)
+    caption = (f"Accuracy of {var} against time (filled: a fit whose programs are compiled; "
+               "hollow: the first call, compilation included)" if run_seconds else
+               f"Accuracy of {var} against time (the first call, compilation included)")
+    return fig, caption

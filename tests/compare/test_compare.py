@@ -299,10 +299,43 @@ def test_report_writes_markdown_and_figures(tmp_path, heart):
     text = path.read_text()
     for section in ("## Fits", "## Summary", "## Posterior distances", "## Predictions", "## Figures"):
         assert section in text
-    for png in ("marginals_beta.png", "forest_beta.png", "predictive_scatter.png", "reliability.png",
+    for png in ("sd_scatter_beta.png", "accuracy_time.png", "marginals_beta.png",
+                "forest_beta.png", "predictive_scatter.png", "reliability.png",
                 "objective_traces.png"):
         assert (tmp_path / png).stat().st_size > 1000 and png in text
     assert (tmp_path / "comparison.csv").exists()
+
+
+def _drawn_fit(method, sd, chains, seconds=None, seed=0):
+    """A Fit of 6 coordinates of ``f`` drawn from N(0, sd^2), without an engine."""
+    draws = sd * np.random.default_rng(seed).standard_normal((chains, 300, 6))
+    idata = make_idata({"f": draws}, coords={"obs": np.arange(6)}, dims={"f": ["obs"]})
+    return Fit(idata=idata, method=method, model="gp", labels=BinaryLabels(-1, 1),
+               predictor=GaussianPredictor(lambda X: (X[:, 0], np.ones(len(X)))),
+               timings={} if seconds is None else {"total": seconds})
+
+
+def test_report_leads_with_the_sd_scatter_and_times_the_candidates(tmp_path):
+    """The report's figures, headline first: the sd scatter, accuracy against time (run time
+    beside first-call time when the caller measured it), and for a sampler reference its rank
+    plots."""
+    gibbs = _drawn_fit("gibbs", 1.0, chains=2, seconds=4.0)
+    gibbs.timings["mcmc"] = 3.0
+    vi, ecm = _drawn_fit("vi", 0.6, 1, 1.5, seed=1), _drawn_fit("ecm", 0.3, 1, 0.9, seed=2)
+    text = ppl_bsvm.report(gibbs, {"vi": vi, "ecm": ecm}, folder=tmp_path,
+                           reference_name="gibbs", run_seconds={"vi": 0.05, "ecm": 0.02}
+                           ).read_text()
+    figures = [line.split("(")[-1].rstrip(")") for line in text.splitlines()
+               if line.startswith("![")]
+    assert figures[:2] == ["sd_scatter_f.png", "accuracy_time.png"]
+    assert "reference_rank.png" in figures
+    assert "filled: a fit whose programs are compiled" in text
+    for png in figures:
+        assert (tmp_path / png).stat().st_size > 1000
+    # without run_seconds, the figure shows the first call and says so
+    text = ppl_bsvm.report(gibbs, {"vi": vi}, folder=tmp_path / "cold",
+                           reference_name="gibbs").read_text()
+    assert "against time (the first call, compilation included)" in text
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,12 @@ from ppl_bsvm.result import Fit
 matplotlib.use("Agg")
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")
+
+
 def _fit(method, sd, k=12, chains=1, seed=0):
     """A Fit whose ``f`` has k coordinates (training indices 100..), the last ones widest."""
     rng = np.random.default_rng(seed)
@@ -149,7 +155,21 @@ def _public_figures():
         "plot_reliability": plots.plot_reliability(y, {"gibbs": p_ref}),
         "plot_objective_traces": plots.plot_objective_traces({"svi": traced}),
         "plot_mcmc_trace": plots.plot_mcmc_trace(sampler, "f", max_panels=2),
+        "plot_rank": plots.plot_rank(sampler, "f", max_panels=2),
+        "plot_ess": plots.plot_ess(sampler, "f", max_panels=2),
+        "plot_accuracy_time": plots.plot_accuracy_time(
+            _accuracy_table(), {"vi": 0.05, "ecm": 0.02}, cold_seconds={"vi": 1.5, "ecm": 1.0},
+            reference_seconds=3.0, reference_name="gibbs"),
     }
+
+
+def _accuracy_table():
+    import pandas as pd
+
+    return pd.DataFrame({"candidate": ["vi", "vi", "ecm", "ecm"],
+                         "variable": ["f", "predictive", "f", "predictive"],
+                         "sd_ratio": [0.6, np.nan, 0.3, np.nan],
+                         "coverage_90": [0.7, np.nan, 0.4, np.nan]})
 
 
 def _labelled(ax, axis: str) -> bool:
@@ -206,3 +226,32 @@ def test_a_gaussian_approximation_is_drawn_as_its_exact_density():
         x, y = line.get_xdata(), line.get_ydata()
         np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mean[j]) / sd[j]) ** 2)
                                    / (sd[j] * np.sqrt(2 * np.pi)), rtol=1e-12)
+
+
+def test_rank_and_ess_plots_show_the_worst_mixing_coordinates():
+    sampler = _fit("gibbs", 1.0, k=6, chains=3)
+    index, ess = plots.worst_ess_coords(sampler, "f", 2)
+    for fig in (plots.plot_rank(sampler, "f", max_panels=2),
+                plots.plot_ess(sampler, "f", max_panels=2, min_ess=300)):
+        titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+        assert titles == [f"f[{100 + i}]: bulk ESS {e:.0f} of 1200" for i, e in zip(index, ess)]
+        matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="one chain"):
+        plots.plot_rank(_fit("gibbs", 1.0, k=6, chains=1), "f")
+    with pytest.raises(ValueError, match="no posterior draws of 'beta'"):
+        plots.plot_ess(sampler, "beta")
+
+
+def test_accuracy_against_time_puts_each_candidate_at_its_time_and_measure():
+    fig = plots.plot_accuracy_time(_accuracy_table(), {"vi": 0.05, "ecm": 0.02},
+                                   cold_seconds={"vi": 1.5})
+    sd_ax, cov_ax = fig.axes
+    points = {tuple(np.round(c.get_offsets()[0], 6)) for c in sd_ax.collections}
+    assert {(0.05, 0.6), (0.02, 0.3), (1.5, 0.6)} <= points
+    assert {tuple(np.round(c.get_offsets()[0], 6)) for c in cov_ax.collections} >= {(0.05, 0.7)}
+    assert sd_ax.get_xscale() == "log"
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="no 'f' row for \\['svi'\\]"):
+        plots.plot_accuracy_time(_accuracy_table(), {"svi": 1.0})
+    with pytest.raises(ValueError, match="seconds must be positive"):
+        plots.plot_accuracy_time(_accuracy_table(), {"vi": 0.0})

@@ -7,11 +7,14 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2 --dist worksteal
 
-.PHONY: demo test venv clean help
+.PHONY: demo test notebooks browser-check venv clean help
 
 help:
 	@echo "make demo   - install into .venv and run the flagship comparison (writes reports/demo/)"
 	@echo "make test   - install into .venv and run the test suite"
+	@echo "make notebooks     - execute every notebook in notebooks/ and store its outputs"
+	@echo "make browser-check - make notebooks, then render them to HTML and screenshot them"
+	@echo "                     with headless Chromium (build/browser_check/)"
 	@echo "make clean  - remove .venv"
 
 venv: $(STAMP)
@@ -32,6 +35,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Executes each notebook at its full size in a fresh kernel of this venv and writes it back
+# with its outputs (seeds fixed, so a second run stores the same numbers).
+notebooks: $(STAMP)
+	$(PY) -m scripts.notebooks
+
+# What a reader will see: the stored notebooks as HTML, photographed by headless Chromium.
+browser-check: notebooks
+	$(PY) -c "import nbconvert" 2>/dev/null || $(PY) -m pip install --quiet -e ".[notebooks]"
+	$(PY) -m scripts.browser_check
 
 clean:
 	rm -rf $(VENV)

@@ -1,27 +1,24 @@
-"""The notebooks stay true: each one executes top to bottom in a real Jupyter kernel.
+"""The notebooks stay true: each executes top to bottom in a real Jupyter kernel, and each
+committed notebook holds the outputs of its last run and quotes no number its cells did not
+print (``make notebooks`` stores them; ``scripts/notebooks.py``).
 
-Each runs with smaller sizes than a reader's run: the values in :data:`QUICK` are assigned in
-a cell inserted after the notebook's cell tagged ``parameters`` (papermill's convention), so
-the test proves that every cell works, not the numbers of the full-size run.
-
-The kernel is this interpreter (``sys.executable``, i.e. the virtual environment running the
-tests), started from a kernel spec written for the test, so a ``python3`` kernel registered
-elsewhere on the machine can never be picked up by accident. Figures go to the Agg backend.
+The execution test runs with smaller sizes than a reader's run: the values in :data:`QUICK`
+are assigned in a cell inserted after the notebook's cell tagged ``parameters``
+(papermill's convention), so it proves that every cell works, not the numbers of the
+full-size run; those are the stored outputs, which the other tests check. The kernel is this
+interpreter, from a kernel spec written for the test; figures go to the inline backend, so
+that a figure cell has its output as in a reader's run.
 """
 
-import json
-import re
-import sys
-from pathlib import Path
-
-import nbclient
 import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+from scripts import notebooks as runner
+
+NOTEBOOKS = sorted(runner.NOTEBOOKS.glob("*.ipynb"))
 CELL_TIMEOUT = 600  # seconds per cell; the slowest took 77 s on a 2-core machine at load 12
-KERNEL_NAME = "ppl-bsvm-test"
 QUICK = {
+    "quickstart": {"NUM_SAMPLES": 150, "SIZES": [100, 200]},
     "validating_vi": {"NUM_WARMUP": 150, "NUM_SAMPLES": 200, "NUTS_SAMPLES": 100},
     "hyperparameters_and_inducing_points": {"MAX_ITER": 150, "SWEEP_MAX_ITER": 150,
                                             "INDUCING_SIZES": [8, 16]},
@@ -31,36 +28,9 @@ QUICK = {
 cell)."""
 
 
-def with_quick_parameters(nb, values: dict):
-    """``nb`` with a cell assigning ``values`` after its cell tagged ``parameters``."""
-    if not values:
-        return nb
-    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
-    assert len(tagged) == 1, "one cell tagged 'parameters'"
-    defined = set(re.findall(r"^(\w+)\s*=", nb.cells[tagged[0]].source, flags=re.M))
-    defined |= {n.strip() for line in re.findall(r"^([\w ,]+)=", nb.cells[tagged[0]].source,
-                                                  flags=re.M) for n in line.split(",")}
-    assert set(values) <= defined, f"not in the parameters cell: {set(values) - defined}"
-    source = "\n".join(f"{name} = {value!r}" for name, value in values.items())
-    nb.cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell(source))
-    return nb
-
-
 @pytest.fixture(scope="module")
 def kernel_spec_manager(tmp_path_factory):
-    """A kernel spec whose argv starts with ``sys.executable``."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    root = tmp_path_factory.mktemp("kernels")
-    spec_dir = root / KERNEL_NAME
-    spec_dir.mkdir()
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec_dir / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "ppl_bsvm tests", "language": "python"})
-    )
-    ksm = KernelSpecManager(kernel_dirs=[str(root)])
-    assert ksm.get_kernel_spec(KERNEL_NAME).argv[0] == sys.executable
-    return ksm
+    return runner.kernel_spec_manager(tmp_path_factory.mktemp("kernels"))
 
 
 def test_quick_parameters_follow_the_parameters_cell():
@@ -68,10 +38,11 @@ def test_quick_parameters_follow_the_parameters_cell():
         nbformat.v4.new_code_cell("import numpy"),
         nbformat.v4.new_code_cell("A, B = 1, 2\nC = [3]", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell("print(A + B)")])
-    out = with_quick_parameters(nb, {"B": 5, "C": [1]})
+    out = runner.with_parameters(nb, {"B": 5, "C": [1]})
     assert [c.source for c in out.cells][1:3] == ["A, B = 1, 2\nC = [3]", "B = 5\nC = [1]"]
-    with pytest.raises(AssertionError, match="not in the parameters cell"):
-        with_quick_parameters(nb, {"D": 1})
+    assert out.cells[2].metadata["tags"] == ["injected-parameters"]
+    with pytest.raises(ValueError, match="not in the parameters cell"):
+        runner.with_parameters(nb, {"D": 1})
 
 
 def test_there_are_notebooks():
@@ -81,26 +52,40 @@ def test_there_are_notebooks():
     assert set(QUICK) <= {p.stem for p in NOTEBOOKS}
 
 
+def _cell(source, outputs=None, kind="code"):
+    if kind == "markdown":
+        return nbformat.v4.new_markdown_cell(source)
+    cell = nbformat.v4.new_code_cell(source)
+    if outputs is not None:
+        cell.execution_count = 1
+        cell.outputs = outputs
+    return cell
+
+
+def test_the_checks_find_missing_outputs_and_numbers_typed_by_hand():
+    stream = nbformat.v4.new_output("stream", text="sd ratio 0.63, 1,000 draws, 90% covered\n")
+    error = nbformat.v4.new_output("error", ename="E", evalue="", traceback=[])
+    nb = nbformat.v4.new_notebook(cells=[
+        _cell("print(1)", [stream]), _cell("x = 1"), _cell("1 / 0", [error]),
+        _cell("VI: sd ratio 0.63 with 1,000 draws; 90% covered; Eq. 4.1, `0.5`, $0.25$, "
+              "[a](v0.7.html); 0.64 and 85% were typed", kind="markdown")])
+    assert runner.missing_outputs(nb) == [1, 2]
+    assert runner.unquoted_numbers(nb) == [(3, "0.64"), (3, "85")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_committed_notebook_holds_its_outputs_and_quotes_only_printed_numbers(path):
+    """What a reader sees on GitHub is the last run (``make notebooks``): every code cell has
+    its output, none an error, and every number in the text is one a cell printed."""
+    nb = nbformat.read(path, as_version=4)
+    assert runner.missing_outputs(nb) == [], "code cells without output: run make notebooks"
+    assert runner.unquoted_numbers(nb) == [], "numbers in the text that no cell printed"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, kernel_spec_manager, monkeypatch):
-    from jupyter_client.manager import KernelManager
-
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = with_quick_parameters(nbformat.read(path, as_version=4), QUICK.get(path.stem, {}))
-    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_spec_manager)
-    client = nbclient.NotebookClient(
-        nb,
-        km=km,
-        timeout=CELL_TIMEOUT,
-        allow_errors=False,  # any cell error raises CellExecutionError
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    # nbclient leaves a kernel it was handed running (it shuts down only kernels of its own
-    # manager): without cleanup_kc each notebook's kernel stayed alive, holding about 0.8 GB,
-    # until the test session ended.
-    client.execute(cleanup_kc=True)
-    assert not km.has_kernel
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
-    assert not errors
+    monkeypatch.setenv("MPLBACKEND", runner.INLINE)  # figures are outputs, as a reader's
+    nb = runner.with_parameters(nbformat.read(path, as_version=4), QUICK.get(path.stem, {}))
+    runner.execute(nb, cwd=path.parent, ksm=kernel_spec_manager, timeout=CELL_TIMEOUT)
+    assert runner.missing_outputs(nb) == []

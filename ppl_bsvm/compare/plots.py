@@ -498,6 +498,8 @@ def plot_ess(fit: Fit, var: str = "beta", *, max_panels: int = 3, min_ess: int =
     return fig
 
 
+_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+
 ACCURACY_MEASURES = {"sd_ratio": ("sd ratio to the reference", 1.0),
                      "coverage_90": ("reference draws inside the 90 % interval", 0.9)}
 """The panels of :func:`plot_accuracy_time`: the table's column, its axis label and the value
@@ -537,17 +539,17 @@ def plot_accuracy_time(table, seconds: dict, *, variable: str = "f",
         if reference_seconds is not None:
             ax.axvline(reference_seconds, color="0.3", lw=1, ls=":",
                        label=f"{reference_name} ({reference_seconds:.3g} s)")
+        # a colour and a marker per candidate: close points stay apart without labels,
+        # which overlap as soon as two candidates agree
         for k, (name, t) in enumerate(seconds.items()):
             y = float(rows.loc[name, column])
-            color = f"C{k}"
-            ax.scatter([t], [y], s=40, color=color, zorder=3, label=name)
+            color, marker = f"C{k % 10}", _MARKERS[k % len(_MARKERS)]
+            ax.scatter([t], [y], s=45, color=color, marker=marker, zorder=3, label=name)
             cold = (cold_seconds or {}).get(name)
             if cold is not None:
                 ax.plot([t, cold], [y, y], color=color, lw=1, alpha=0.6)
-                ax.scatter([cold], [y], s=40, facecolors="none", edgecolors=color, zorder=3)
-            # alternately above and below, so that nearby candidates' names do not overlap
-            ax.annotate(name, (t, y), textcoords="offset points", fontsize=8,
-                        xytext=(4, 5) if k % 2 == 0 else (4, -12))
+                ax.scatter([cold], [y], s=45, marker=marker, facecolors="none",
+                           edgecolors=color, zorder=3)
         ax.set_xscale("log")
         ax.set_xlabel("seconds (log scale)")
         ax.set_ylabel(label)

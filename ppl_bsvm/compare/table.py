@@ -134,12 +134,13 @@ class ComparisonTable(pd.DataFrame):
     them), each note once below the table with its number in the ``note`` column, where the
     full table is 21 columns, most of them NaN in any row (posterior rows have no predictive
     metrics and the other way round) and the notes are cut off. Everything else is the
-    DataFrame's: selections, ``to_csv``, ``to_markdown`` and arithmetic see every column and
-    return plain DataFrames."""
+    DataFrame's: ``to_csv``, ``to_markdown`` and arithmetic see every column. A selection of
+    rows (``table[table.variable == "f"]``) is a table again, displayed the same way; anything
+    with other columns is a plain DataFrame."""
 
     @property
     def _constructor(self):
-        return pd.DataFrame
+        return _table_or_frame
 
     def compact(self) -> tuple[pd.DataFrame, list[str]]:
         """The displayed view: :data:`COMPACT_COLUMNS` that hold a number (as text, to three
@@ -177,6 +178,13 @@ class ComparisonTable(pd.DataFrame):
         html += "".join(f"<p style='text-align:left'>[{k}] {escape(note)}</p>"
                         for k, note in enumerate(notes, 1))
         return html + f"<p style='text-align:left'><i>{escape(self._footer())}</i></p>"
+
+
+def _table_or_frame(*args, **kwargs) -> pd.DataFrame:
+    """pandas' constructor for what an operation on a :class:`ComparisonTable` returns: a
+    table when it has the table's columns (a selection of rows), else a DataFrame."""
+    frame = pd.DataFrame(*args, **kwargs)
+    return ComparisonTable(frame) if tuple(frame.columns) == COLUMNS else frame
 
 
 def has_draws(fit: Fit) -> bool:

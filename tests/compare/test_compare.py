@@ -248,12 +248,16 @@ def test_compare_holds_its_noise_floor():
 def test_the_table_displays_its_compact_columns_and_each_note_once():
     """What Jupyter and print show: the compact columns that hold a number, blank where a
     column does not apply, each note once below the table; the DataFrame keeps every column
-    and its selections are plain DataFrames."""
+    and a selection of its rows is a table again, of its columns a plain DataFrame."""
     ref = _chains_fit([1.0, -1.0, 0.5], 1.0, 4, 500, 0, "gibbs")
     narrow = _chains_fit([1.0, -1.0, 0.5], 0.6, 1, 2000, 2, "vi")
     table = compare(ref, {"narrow": narrow}, reference_name="gibbs")
     assert isinstance(table, ComparisonTable) and tuple(table.columns) == COLUMNS
-    assert type(table.loc[table.candidate == "narrow"]) is pd.DataFrame
+    rows = table.loc[table.candidate == "narrow"]
+    assert type(rows) is ComparisonTable and rows.attrs["reference"] == "gibbs"
+    assert "1 rows; 21 columns in all" in repr(rows) and "noise floor" not in repr(rows)
+    assert type(table[["candidate", "sd_ratio"]]) is pd.DataFrame
+    assert type(table.describe()) is pd.DataFrame
     frame, notes = table.compact()
     assert list(frame.columns) == ["candidate", "variable", "sd_ratio", "mean_error_sd",
                                    "coverage_90", "kl_forward", "note"]  # no predictive rows

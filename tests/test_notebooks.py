@@ -20,8 +20,10 @@ CELL_TIMEOUT = 600  # seconds per cell; the slowest took 77 s on a 2-core machin
 QUICK = {
     "quickstart": {"NUM_SAMPLES": 150, "SIZES": [100, 200]},
     "validating_vi": {"NUM_WARMUP": 150, "NUM_SAMPLES": 200, "NUTS_SAMPLES": 100},
-    "hyperparameters_and_inducing_points": {"MAX_ITER": 150, "SWEEP_MAX_ITER": 150,
-                                            "INDUCING_SIZES": [8, 16]},
+    "hyperparameters_and_inducing_points": {
+        "MAX_ITER": 150, "FULL_SWEEPS": 30, "SWEEP_MAX_ITER": 150, "INDUCING_SIZES": [8, 16],
+        "TIMING_STEPS": 1000, "GRID_LENGTHSCALES": [0.3], "GRID_VARIANCES": [4.0],
+        "COLD_START": False},  # False: no new processes timing a first call (about 20 s)
     "analytical_bootstrap": {"N_RESAMPLES": 60},
 }
 """Per notebook, the parameters the test overrides (every name must be in its parameters

@@ -33,6 +33,7 @@ import numpy as np
 from jax.scipy.special import ndtr
 from scipy.special import ndtr as scipy_ndtr
 
+from .. import _progress
 from .._checks import positive_float, positive_int
 from .._runtime import entry_point
 from ..data import BinaryLabels
@@ -238,6 +239,7 @@ def replica_tap(
     max_iter: int = 5000,
     max_damping: float = 1.0,
     positive=None,
+    progress_bar: bool | None = None,
 ) -> BootstrapResult:
     r"""Approximate analytical bootstrap averages (replica trick + ADATAP), no resampling.
 
@@ -283,6 +285,9 @@ def replica_tap(
         Newton steps fail (in (0, 1]; the spec's 0.5 is the conservative choice).
     positive : label, optional
         Which label is the positive class.
+    progress_bar : bool, optional
+        Show the fixed-point iterations' progress (None, the default: where someone can see
+        it, for solves that last more than a moment, as ``ppl_bsvm.fit`` does).
 
     Returns
     -------
@@ -324,6 +329,7 @@ def replica_tap(
     array([0.042, 0.039])
     """
     start = time.perf_counter()
+    progress_bar = _progress.check_progress_bar(progress_bar)
     ratios = check_ratios(sample_ratio)
     variant = resolve_variant(model, margin, C, noise)
     tol = positive_float("tol", tol)
@@ -352,10 +358,11 @@ def replica_tap(
             warm = previous[1]
         elif order is None and tap_solve.coarse_size(n) is not None:
             order = tap_solve.boundary_order(setup.K, setup.y, variant.kind)
-        solution = tap_solve.solve_ratio(
-            setup.K, setup.y, config, variant.C, variant.noise, ratio, tol=tol,
-            max_iter=max_iter, start=warm, order=order,
-        )
+        with _progress.settings(progress_bar, f"replica_tap S/N={ratio:g}"):
+            solution = tap_solve.solve_ratio(
+                setup.K, setup.y, config, variant.C, variant.noise, ratio, tol=tol,
+                max_iter=max_iter, start=warm, order=order,
+            )
         result = solution.run
         st = result.state
         if result.stop_reason == "tol":

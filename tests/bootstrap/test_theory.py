@@ -146,6 +146,7 @@ def test_computes_in_float64_without_changing_the_global_setting(crabs):
         (dict(tol=0.0), "tol must be"),
         (dict(max_damping=1.5), "max_damping"),
         (dict(kernel="spline"), "unknown kernel"),
+        (dict(progress_bar="yes"), "progress_bar"),
     ],
 )
 def test_replica_tap_rejects_bad_input(crabs, kwargs, match):
@@ -210,3 +211,23 @@ def test_bias_variant_against_scikit_learn_monte_carlo(crabs):
     assert abs(th.error[0] - mc.error[0]) < 0.05 * mc.error[0] + 3 * mc.error_se[0]
     with jax.enable_x64(True):
         assert np.isfinite(th.loo)
+
+
+def test_replica_tap_passes_its_progress_bar_to_the_fixed_point_iterations(crabs, monkeypatch):
+    """``progress_bar`` reaches the loop that shows the bar (``inference.loop`` reads it from
+    ``_progress.current()``), labelled with the ratio being solved."""
+    from ppl_bsvm import _progress
+    from ppl_bsvm.bootstrap import tap_solve
+
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append(_progress.current())
+        raise KeyboardInterrupt  # stop before any solving: only the wiring is under test
+
+    monkeypatch.setattr(tap_solve, "solve_ratio", record)
+    X, y = crabs
+    for flag in (False, True):
+        with pytest.raises(KeyboardInterrupt):
+            bootstrap.replica_tap(X, y, "rbf", 2.0, progress_bar=flag)
+    assert seen == [(False, "replica_tap S/N=1"), (True, "replica_tap S/N=1")]

@@ -209,7 +209,8 @@ def index_markdown(summary: list[dict], links: list[str], elapsed: float, writte
         "Gibbs draws inside the candidate's 90% intervals; `prob_mad` the mean absolute "
         "difference of the predictive probabilities from Gibbs' on the test points; `seconds` "
         "the first fit call in this process, compilation included (the first fit of an "
-        "engine compiles its programs), `run_seconds` a second fit of the same shapes, which "
+        "engine compiles its programs, or loads them from ppl_bsvm's disk cache where an "
+        "earlier process compiled them), `run_seconds` a second fit of the same shapes, which "
         "reuses them: what every later fit costs.",
         "",
         markdown_table(pd.DataFrame(summary)),

@@ -432,7 +432,7 @@ def _worst_selection(fit: Fit, var: str, max_panels: int):
 
 def _one_row(fig, labels: list[str], ess, total: int, ylabel: str) -> None:
     """Titles each panel of an arviz-plots row with its coordinate and bulk ESS, and labels
-    the first panel's y-axis."""
+    every panel's y-axis (arviz-plots leaves them blank)."""
     axes = [ax for ax in fig.axes if ax.get_visible()]
     for ax, label, e in zip(axes, labels, ess):
         ax.set_title(f"{label}: bulk ESS {e:.0f} of {total}", fontsize=9)
@@ -475,7 +475,7 @@ def plot_ess(fit: Fit, var: str = "beta", *, max_panels: int = 3, min_ess: int =
     """Local effective sample sizes (arviz-plots ``plot_ess``, ``kind="local"``) at the
     coordinates of ``var`` a sampler mixes worst: the ESS of the indicator of each small
     quantile interval, i.e. how well the chains resolve each part of the distribution (the
-    tails are usually worst). The dashed line is ``min_ess``, the rule-of-thumb floor for
+    tails are usually worst). The horizontal line is ``min_ess``, the rule-of-thumb floor for
     quoting posterior sds and 90 % intervals to two digits.
 
     Returns the matplotlib ``Figure``.

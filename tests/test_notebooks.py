@@ -18,8 +18,11 @@ from scripts import notebooks as runner
 NOTEBOOKS = sorted(runner.NOTEBOOKS.glob("*.ipynb"))
 CELL_TIMEOUT = 600  # seconds per cell; the slowest took 77 s on a 2-core machine at load 12
 QUICK = {
-    "quickstart": {"NUM_SAMPLES": 150, "SIZES": [100, 200]},
-    "validating_vi": {"NUM_WARMUP": 150, "NUM_SAMPLES": 200, "NUTS_SAMPLES": 100},
+    # the speed sections at shapes fitted above: they compile nothing new (a cold compile of
+    # each engine per size was most of these two notebooks' test time)
+    "quickstart": {"NUM_SAMPLES": 150, "SPEED_N": 189, "SIZES": [100]},
+    "validating_vi": {"NUM_WARMUP": 150, "NUM_SAMPLES": 200, "NUTS_SAMPLES": 100,
+                      "GROWTH_SIZES": [100]},
     "hyperparameters_and_inducing_points": {
         "MAX_ITER": 150, "FULL_SWEEPS": 30, "SWEEP_MAX_ITER": 150, "INDUCING_SIZES": [8, 16],
         "TIMING_STEPS": 1000, "GRID_LENGTHSCALES": [0.3], "GRID_VARIANCES": [4.0],

@@ -62,6 +62,7 @@ def median_distance(X, max_points: int = 1000) -> float:
     if X.shape[0] > max_points:
         idx = np.random.default_rng(0).choice(X.shape[0], max_points, replace=False)
         X = X[idx]
+    X = X - X.mean(0)  # a shared offset would cancel in the expansion below (_sq_dist)
     sq = np.sum(X**2, axis=1)
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0)
     iu = np.triu_indices(X.shape[0], k=1)
@@ -72,10 +73,27 @@ def median_distance(X, max_points: int = 1000) -> float:
 
 
 def _sq_dist(X1, X2):
-    """Squared Euclidean distances, clipped at 0 against round-off."""
+    """Squared Euclidean distances, clipped at 0 against round-off.
+
+    Computed as ``|x|^2 + |x'|^2 - 2 x.x'`` (one matrix product) after subtracting the first
+    row of ``X2`` from both arguments: the distances do not change, while an offset shared by
+    the inputs (a Unix time, ``X + 1e8``) would otherwise leave the three terms equal to the
+    last digit and their difference all round-off. The first row, not a mean: callers pad
+    chunks of rows with zeros at the end, which would drag a mean away from the data. No
+    gradient flows through the shift, as the distances do not depend on it. ``K(X, X)`` (the
+    same array twice) gets an exact zero diagonal, which the expansion leaves at round-off
+    (``eps |x|^2``, enough to make a tiny lengthscale's ``k(x, x)`` less than its variance).
+    """
+    same = X1 is X2
+    if X2.shape[0]:
+        shift = jax.lax.stop_gradient(X2[0])
+        X1, X2 = X1 - shift, X2 - shift
     s1 = jnp.sum(X1**2, axis=-1)
     s2 = jnp.sum(X2**2, axis=-1)
-    return jnp.maximum(s1[:, None] + s2[None, :] - 2.0 * X1 @ X2.T, 0.0)
+    d2 = jnp.maximum(s1[:, None] + s2[None, :] - 2.0 * X1 @ X2.T, 0.0)
+    if same:
+        d2 = jnp.where(jnp.eye(d2.shape[0], dtype=bool), 0.0, d2)
+    return d2
 
 
 def _safe_sqrt(d2):
@@ -173,7 +191,8 @@ class _Stationary(Kernel):
 
     def _scaled_d2(self, params, X1, X2):
         ell = jnp.exp(params["log_lengthscale"])
-        return _sq_dist(X1 / ell, X2 / ell)
+        Z1 = X1 / ell
+        return _sq_dist(Z1, Z1 if X2 is X1 else X2 / ell)  # K(X, X): _sq_dist sees it
 
     def diag(self, params, X):
         return jnp.full(X.shape[0], jnp.exp(params["log_variance"]), dtype=X.dtype)

@@ -144,3 +144,30 @@ def test_bad_kernel_arguments(make, message):
 def test_ard_lengthscale_count_must_match(X):
     with pytest.raises(ValueError, match="3 features"):
         kernels.RBF(lengthscale=(1.0, 2.0), ard=True).init_params(X)
+
+
+@pytest.mark.parametrize("offset", [1e6, 1e8, 1.7e9])  # 1.7e9: a Unix time in seconds
+@pytest.mark.parametrize("kernel", PSD_KERNELS[:4], ids=repr)
+def test_a_stationary_kernel_ignores_an_offset_shared_by_its_inputs(kernel, X, rng, offset):
+    """A stationary kernel depends on x - x' only (issue 34: computed as |x|^2 + |x'|^2 -
+    2 x.x' on X + 1e8 it was round-off, and fits changed their probabilities by up to 0.7).
+    The inputs themselves carry a rounding of offset * eps; the kernel adds nothing to it,
+    also where the second argument is a chunk padded with zeros after its rows."""
+    Z = rng.standard_normal((7, 3))
+    params = kernel.init_params(X)
+    exact = np.asarray(kernel.K(params, X, Z))
+    tol = 20 * offset * np.finfo(np.float64).eps
+    np.testing.assert_allclose(kernel.K(params, X + offset, Z + offset), exact, rtol=0, atol=tol)
+    padded = np.vstack([Z + offset, np.zeros((5, 3))])
+    np.testing.assert_allclose(np.asarray(kernel.K(params, X + offset, padded))[:, :7], exact,
+                               rtol=0, atol=tol)
+    assert kernels.median_distance(X + offset) == pytest.approx(kernels.median_distance(X),
+                                                                rel=1e-6)
+
+
+def test_a_tiny_lengthscale_makes_distinct_points_independent(X):
+    """At lengthscale 1e-8 every pair of distinct points is 1e8 lengthscales apart: K = I (the
+    expansion of the scaled distances used to cancel to 0 for some pairs, K_ij = 1)."""
+    for ell in (1e-6, 1e-8, 1e-9):
+        k = kernels.RBF(lengthscale=ell)
+        np.testing.assert_array_equal(k.K(k.init_params(X), X, X), np.eye(len(X)))

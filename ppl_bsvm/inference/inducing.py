@@ -139,16 +139,19 @@ def kmeans(X, m: int, seed: int = 0, max_iter: int = KMEANS_MAX_ITER,
         the fixed point (every centre the mean of its points).
     """
     X = np.asarray(X, dtype=np.float64)
+    # k-means moves with its data: centred, an offset shared by the inputs (X + 1e8) cannot
+    # swamp the distances' expansion in _sq_distances
+    offset = X.mean(0)
     n = X.shape[0]
     rows = bucket_size(n)
     weight = np.zeros(rows)
     weight[:n] = 1.0
     with jax.enable_x64(True):
         key = key_from_seed(int(seed))
-        centres = _kmeans(key, to_device(pad_rows(X, rows)), to_device(weight), m,
+        centres = _kmeans(key, to_device(pad_rows(X - offset, rows)), to_device(weight), m,
                           2 + int(np.log(m)), to_device(max_iter, np.int64),
                           to_device(tol, np.float64))
-        return np.asarray(centres, dtype=np.float64)
+        return np.asarray(centres, dtype=np.float64) + offset
 
 
 def _sq_distances(X, C):

@@ -112,8 +112,16 @@ def test_kmeans_is_as_good_as_scikit_learns(rng, m):
     labels = np.argmin(((X[:, None, :] - Z[None]) ** 2).sum(-1), axis=1)
     for j in np.unique(labels):
         np.testing.assert_allclose(Z[j], X[labels == j].mean(axis=0), atol=1e-10)
-    # padded rows (weight 0) never become centres or move them
-    assert not np.any(np.all(Z == 0.0, axis=1))
+    # padded rows (weight 0; zeros of the centred data, i.e. at its mean) never become
+    # centres or move them
+    assert not np.any(np.all(Z == X.mean(0), axis=1))
+
+
+def test_kmeans_moves_with_an_offset_shared_by_its_inputs(rng):
+    """k-means is translation-equivariant; its distances' expansion is not, on raw inputs
+    (issue 34: inducing points of X + 1e8 were round-off). It centres its data."""
+    X = rng.standard_normal((300, 3))
+    np.testing.assert_allclose(kmeans(X + 1e8, 12, 0) - 1e8, kmeans(X, 12, 0), atol=1e-6)
 
 
 def test_inducing_kmeans_stops_once_the_potential_settles(rng):

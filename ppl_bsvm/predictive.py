@@ -106,19 +106,31 @@ def _class_probability(mean, var, link, gamma):
 
 
 def _expected_normalized_link(mean, var, gamma):
-    """``E[s(f)]``, ``f ~ N(mean, var)``: Gauss-Legendre on each smooth piece of ``s``."""
+    """``E[s(f)]``, ``f ~ N(mean, var)``: Gauss-Legendre on each smooth piece of ``s``.
+
+    Where ``sd <= sqrt(eps) (1 + |mean|)`` the nodes ``mean + t sd`` cannot be told apart
+    from ``mean`` to more than half the digits (at ``var = 1e-30`` the quadrature returned
+    1.02 and 2.81; in float32 at ``mean = 3e4, var = 1e-6``, 1.23), and the point mass
+    ``s(mean)`` is the answer to within ``gamma^2 var``: it is used there. The nodes are made
+    in the inputs' precision on every trace (a float32 constant cached by one call broke
+    every later float64 one), and the result is clipped to [0, 1] against round-off.
+    """
+    dtype = jnp.promote_types(jnp.result_type(mean, var), jnp.float32)
+    mean, var = mean.astype(dtype), var.astype(dtype)
+    nodes, weights = np.asarray(_GL_NODES, dtype=dtype), np.asarray(_GL_WEIGHTS, dtype=dtype)
     sd = jnp.sqrt(var)
-    safe_sd = jnp.where(sd > 0, sd, 1.0)
+    resolved = sd > np.sqrt(np.finfo(dtype).eps) * (1.0 + jnp.abs(mean))
+    safe_sd = jnp.where(resolved, sd, 1.0)
     lo, hi = mean - _SPAN * sd, mean + _SPAN * sd
     total = jnp.zeros_like(mean)
     for a, b in ((-jnp.inf, -1.0), (-1.0, 1.0), (1.0, jnp.inf)):
         left, right = jnp.clip(a, lo, hi), jnp.clip(b, lo, hi)
         half = 0.5 * (right - left)
-        f = (0.5 * (left + right))[..., None] + half[..., None] * _GL_NODES
+        f = (0.5 * (left + right))[..., None] + half[..., None] * nodes
         dens = jnp.exp(-0.5 * ((f - mean[..., None]) / safe_sd[..., None]) ** 2)
         dens = dens / (jnp.sqrt(2.0 * jnp.pi) * safe_sd[..., None])
-        total = total + half * jnp.sum(_GL_WEIGHTS * normalized_link(f, gamma) * dens, axis=-1)
-    return jnp.where(sd > 0, total, normalized_link(mean, gamma))
+        total = total + half * jnp.sum(weights * normalized_link(f, gamma) * dens, axis=-1)
+    return jnp.where(resolved, jnp.clip(total, 0.0, 1.0), normalized_link(mean, gamma))
 
 
 @data_object

@@ -51,3 +51,30 @@ def test_links_are_monotone_in_the_mean(link):
 def test_unknown_link():
     with pytest.raises(ValueError, match="valid links"):
         class_probability(0.0, 1.0, "logit")
+
+
+def test_the_normalized_link_in_float32_then_in_float64():
+    """A float32 call first, as a user without x64 makes it, then a float64 one: each traces
+    its own quadrature nodes (a float32 constant cached by the first call made the second
+    fail to lower, issue 34), and float32 stays a probability far out (it returned 1.23 at
+    mean 3e4, var 1e-6), within its precision of float64's answer."""
+    from ppl_bsvm.predictive import _class_probability
+
+    m = np.array([0.3, -1.2, 2.5, 30.0, 3e2, 3e4, -3e4, 1e6])
+    v = np.array([0.5, 2.0, 0.01, 0.01, 4.0, 1e-6, 1e-6, 1.0])
+    with jax.enable_x64(False):
+        p32 = np.asarray(jax.jit(lambda a, b: _class_probability(a, b, "normalized", 1.0))(
+            m.astype(np.float32), v.astype(np.float32)))
+    p64 = np.asarray(jax.jit(lambda a, b: _class_probability(a, b, "normalized", 1.0))(m, v))
+    assert p32.dtype == np.float32 and p64.dtype == np.float64
+    assert np.all((p32 >= 0) & (p32 <= 1)) and np.all((p64 >= 0) & (p64 <= 1))
+    np.testing.assert_allclose(p32, p64, atol=1e-5)
+
+
+@pytest.mark.parametrize("var", [1e-30, 1e-20, 1e-17])
+def test_a_vanishing_variance_gives_the_link_at_the_mean(var):
+    """Below sqrt(eps) (1 + |mean|) the quadrature nodes are the mean to half the digits (it
+    returned 1.02 and 2.81 at var 1e-30): the point mass is used, exact to gamma^2 var."""
+    m = np.array([0.3, 2.0, -0.5, 1.0, -1.0])
+    np.testing.assert_allclose(class_probability(m, np.full(5, var), "normalized"),
+                               normalized_link(m), rtol=0, atol=1e-12)

@@ -84,6 +84,36 @@ def dense_bytes(copies: int):
     return memory
 
 
+def kept_draws(values: int, options: dict) -> int:
+    """Floats of a sampler's kept draws: ``num_chains x ceil(num_samples / thinning)`` draws
+    of ``values`` numbers (``f``'s n for a GP), twice with ``store_lam`` (``lam``, n more)."""
+    chains = int(options.get("num_chains", 4))
+    kept = -(-int(options.get("num_samples", 1000)) // int(options.get("thinning", 1)))
+    return chains * kept * values * (2 if options.get("store_lam") else 1)
+
+
+SAMPLER_HINT = (
+    "method={method!r} forms n x n matrices and keeps num_chains x num_samples / thinning "
+    "draws of n values (f); keep fewer draws (num_samples, thinning) or, for large n, use "
+    f"{SCALABLE}"
+)
+
+
+def gp_sampler_bytes(copies: int, per_chain=None, hint: str = SAMPLER_HINT):
+    """A GP sampler's ``memory`` estimate: ``copies`` dense ``n x n`` matrices, what each chain
+    keeps (``per_chain(n, options)`` floats) and the kept draws of ``f``
+    (:func:`kept_draws`): 4 chains of 10^6 draws at n = 2,000 are 64 GB whatever the
+    matrices."""
+
+    def memory(n: int, d: int, options: dict) -> int:
+        chains = int(options.get("num_chains", 4))
+        work = copies * n * n + (0 if per_chain is None else chains * per_chain(n, options))
+        return (work + kept_draws(n, options)) * FLOAT
+
+    memory.hint = hint
+    return memory
+
+
 def coefficients(d: int, options: dict) -> int:
     """``p``: the linear model's coefficients (``d``, and the intercept unless turned off)."""
     return d + (0 if options.get("intercept", True) is False else 1)

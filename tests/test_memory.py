@@ -210,3 +210,20 @@ def test_sparse_engines_never_form_the_n_by_n_kernel_matrix(monkeypatch, method,
     fit = ppl_bsvm.fit(X[:50], y[:50], model="sparse_gp", method=method, num_inducing=8,
                        seed=3, progress_bar=False, **options)
     assert fit.posterior["u"].shape[-1] == 8
+
+
+@pytest.mark.parametrize("method", ["gibbs", "nuts", "ess", "mclmc"])
+def test_gp_samplers_count_the_draws_they_keep(monkeypatch, method):
+    """n = 2,000 and 4 chains of 10^6 draws: 64 GB of draws of f, whatever the n x n matrices
+    (issue 34: the GP samplers counted only the matrices and ran). Thinning keeps fewer."""
+    engine = get_engine("gp", method)
+    options = {**engine.options().as_dict(), "num_chains": 4, "num_samples": 10**6}
+    draws = 4 * 10**6 * 2000 * 8
+    assert engine.memory(2000, 5, options) >= draws
+    thinned = engine.memory(2000, 5, {**options, "thinning": 100})
+    assert engine.memory(2000, 5, options) - thinned == pytest.approx(0.99 * draws, rel=1e-6)
+    monkeypatch.setattr(_memory, "available_bytes", lambda: 24 * 10**9)
+    with pytest.raises(ppl_bsvm.InsufficientMemoryError,
+                       match="num_chains x num_samples / thinning draws"):
+        ppl_bsvm.fit(Huge((2000, 5)), np.ones(2000), model="gp", method=method, num_chains=4,
+                     num_samples=10**6)

@@ -22,8 +22,9 @@ __all__ = ["MarginalSamplerOptions", "marginal_linear_fit", "marginal_gp_fit", "
 
 def gp_memory_hint(method: str) -> str:
     """What a refused GP fit of the sampler is told (its memory estimate's ``hint``)."""
-    return (f"method={method!r} keeps the n x n kernel matrix and its factor: use "
-            "model='sparse_gp' with method='svi' for large n")
+    return (f"method={method!r} keeps the n x n kernel matrix and its factor and "
+            "num_chains x num_samples / thinning draws of n values (f): keep fewer draws "
+            "(num_samples, thinning) or, for large n, use model='sparse_gp' with method='svi'")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

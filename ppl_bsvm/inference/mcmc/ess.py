@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from blackjax.mcmc.elliptical_slice import EllipSliceState, elliptical_proposal
 from jax import random
 
-from ..._memory import FLOAT, linear_bytes
+from ..._memory import FLOAT, kept_draws, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior
@@ -138,8 +138,10 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
 
 
 def _gp_bytes(n: int, d: int, options: dict) -> int:
-    """``K`` and its factor, and per chain the position, the prior draw and the margins."""
-    return FLOAT * (2 * n * n + 4 * n * int(options.get("num_chains", 4)))
+    """``K`` and its factor, per chain the position, the prior draw and the margins, and the
+    kept draws."""
+    return FLOAT * (2 * n * n + 4 * n * int(options.get("num_chains", 4))
+                    + kept_draws(n, options))
 
 
 _gp_bytes.hint = gp_memory_hint("ess")

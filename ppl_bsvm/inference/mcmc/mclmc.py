@@ -51,7 +51,7 @@ from blackjax.mcmc.dynamic_hmc import DynamicHMCState
 from jax import random
 
 from ..._checks import positive_float
-from ..._memory import FLOAT, linear_bytes
+from ..._memory import FLOAT, kept_draws, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior
@@ -266,9 +266,11 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
 
 
 def _gp_bytes(n: int, d: int, options: dict) -> int:
-    """``K`` and its factor, and per chain the state and the tuner's positions."""
+    """``K`` and its factor, per chain the state and the tuner's positions, and the kept
+    draws."""
     chains = int(options.get("num_chains", 4))
-    return FLOAT * (2 * n * n + chains * (8 * n + _tuning_floats(n, options)))
+    return FLOAT * (2 * n * n + chains * (8 * n + _tuning_floats(n, options))
+                    + kept_draws(n, options))
 
 
 _gp_bytes.hint = gp_memory_hint("mclmc")

@@ -25,7 +25,7 @@ from numpyro.infer import NUTS
 
 from ... import models
 from ..._checks import boolean, positive_float, positive_int
-from ..._memory import FLOAT, dense_bytes, linear_bytes
+from ..._memory import FLOAT, gp_sampler_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -349,7 +349,7 @@ def _posterior_kernel_params(kernel, params, samples, names):
 
 
 @register("nuts", ("gp",), options=NUTSGPOptions, budget="num_samples",
-          memory=dense_bytes(3), flops=gp_nuts_flops)
+          memory=gp_sampler_bytes(3), flops=gp_nuts_flops)
 def nuts_gp(problem: Problem, options: NUTSGPOptions, *, key, kernel: Kernel,
             resume: Fit | None = None) -> Approximation:
     """NUTS on the GP Bayesian SVM (non-centred f = L v), optionally sampling hyperparameters.

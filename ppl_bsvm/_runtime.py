@@ -208,13 +208,43 @@ def _controller():
         return controller
 
 
+_blas_lock = threading.Lock()
+_blas_blocks = 0  # blocks open in the process, every thread's
+_blas_saved = None  # the limiter that restores the counts from before the first block
+_blas_stack = threading.local()  # each thread's open blocks' counts
+
+
 @contextlib.contextmanager
 def blas_threads(size: int | None = None):
     """Run the block with :func:`get_num_threads` ``(size)`` BLAS and OpenMP threads, restoring
-    the previous counts afterwards (nested blocks restore their parent's)."""
+    the previous counts afterwards (nested blocks restore their parent's).
+
+    The counts are process-wide, and blocks of several threads overlap (fits in a thread
+    pool): the first block to open saves the counts from before and the last to close
+    restores them. Each block restoring what it found instead left a user at one thread (A
+    opens over the user's 2, B over A's 1, A closes to 2, B to 1).
+    """
+    global _blas_blocks, _blas_saved
     n = get_num_threads(size)
-    with _controller().limit(limits=n, user_api=None):
+    controller = _controller()
+    stack = _blas_stack.__dict__.setdefault("counts", [])
+    with _blas_lock:
+        limiter = controller.limit(limits=n, user_api=None)
+        if _blas_blocks == 0:
+            _blas_saved = limiter
+        _blas_blocks += 1
+    stack.append(n)
+    try:
         yield n
+    finally:
+        stack.pop()
+        with _blas_lock:
+            _blas_blocks -= 1
+            if _blas_blocks == 0:
+                _blas_saved.restore_original_limits()
+                _blas_saved = None
+            elif stack:
+                controller.limit(limits=stack[-1], user_api=None)
 
 
 # --- memory mappings --------------------------------------------------------------------------

@@ -333,3 +333,66 @@ def test_an_entry_point_releases_programs_near_the_limit_and_says_so(monkeypatch
         warnings.simplefilter("error", RuntimeWarning)  # warned once per process
         monkeypatch.setattr(_runtime, "_last_map_check", -float("inf"))
         assert ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10).stop_reason == "tol"
+
+
+class _ProcessWideCounts:
+    """A stand-in for threadpoolctl's controller over one process-wide count, as OpenBLAS's
+    pthreads build has: ``limit`` sets it and returns a limiter that restores what it found."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def limit(self, limits, user_api=None):
+        controller, found = self, self.value
+        self.value = limits
+
+        class Limiter:
+            def restore_original_limits(self):
+                controller.value = found
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.restore_original_limits()
+
+        return Limiter()
+
+
+def test_overlapping_blocks_in_threads_restore_the_callers_counts(monkeypatch):
+    """Blocks of two threads overlapping as A opens, B opens, A closes, B closes (fits in a
+    thread pool) leave the user's count as it was (issue 34: each block restored what it
+    found: A over the user's 2, B over A's 1, A closed to 2, B to 1); nested blocks in one
+    thread still restore their parent's."""
+    import threading
+
+    counts = _ProcessWideCounts(2)
+    monkeypatch.setattr(_runtime, "_controller", lambda: counts)
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with _runtime.blas_threads():
+            a_open.set()
+            b_open.wait(10)
+        a_closed.set()
+
+    def b():
+        a_open.wait(10)
+        with _runtime.blas_threads():
+            b_open.set()
+            a_closed.wait(10)
+            seen["inside"] = counts.value
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert a_closed.is_set() and seen == {"inside": 1} and counts.value == 2
+    monkeypatch.setattr(_runtime, "_fixed_threads", None)
+    with _runtime.blas_threads():
+        with _runtime.blas_threads(size=_runtime.PARALLEL_MIN_SIZE):
+            assert counts.value == _runtime.available_cores()
+        assert counts.value == 1
+    assert counts.value == 2

@@ -3,7 +3,10 @@
 Every public entry point (``fit``, ``resume``, ``Fit.predict_*``, the bootstrap, ``compare``,
 the estimators through ``fit``) is wrapped in :func:`entry_point`, which
 
-* computes in **float64** without touching the caller's global JAX setting;
+* computes in **float64** without touching the caller's global JAX setting, and under JAX's
+  default numerics whatever the caller chose for its own code (:func:`library_numerics`:
+  ``jax_numpy_rank_promotion="raise"``, ``jax_numpy_dtype_promotion="strict"`` or
+  ``jax_debug_nans=True`` made the library's own programs fail);
 * sets the **thread counts of the linear-algebra libraries** for the duration of the call and
   restores the caller's afterwards. JAX's CPU Cholesky, triangular solves and eigensolvers call
   scipy's OpenBLAS, which by default starts one thread per core. On the small matrices of most
@@ -310,6 +313,19 @@ def _check_map_limit() -> None:
 _depth = threading.local()
 
 
+@contextlib.contextmanager
+def library_numerics():
+    """float64 and JAX's default numerics for the block, the caller's settings untouched (JAX's
+    context managers are thread-local): implicit rank promotion and standard dtype promotion,
+    which the library's code is written for, and no NaN or inf checks, since its programs
+    produce NaN on purpose where a ``where`` discards it (non-finite results reach the user
+    as errors naming what went wrong, not as NaN)."""
+    with (jax.enable_x64(True), jax.numpy_rank_promotion("allow"),
+          jax.numpy_dtype_promotion("standard"), jax.debug_nans(False),
+          jax.debug_infs(False)):
+        yield
+
+
 def entry_point(fn):
     """Decorator for public functions: float64, the library's thread counts and the check of
     memory mappings before the outermost call (module doc)."""
@@ -321,7 +337,7 @@ def entry_point(fn):
             _check_map_limit()
         _depth.value = depth + 1
         try:
-            with jax.enable_x64(True), blas_threads():
+            with library_numerics(), blas_threads():
                 return fn(*args, **kwargs)
         finally:
             _depth.value = depth

@@ -52,6 +52,23 @@ def test_an_offset_shared_by_the_inputs_changes_no_probability(data, method):
     np.testing.assert_allclose(b.predict_proba(X + 1.7e9), a.predict_proba(X), atol=atol)
 
 
+@pytest.mark.parametrize("method", ["ecm", "vi", "svi", "gibbs"])
+def test_strict_jax_settings_of_the_caller_do_not_reach_the_library(data, method):
+    """A user's strict JAX settings for their own code (rank promotion "raise", strict dtype
+    promotion, NaN checks) made every engine fail inside its own programs (issue 34, item 7):
+    the entry points run under JAX's defaults and leave the caller's settings as they were."""
+    import jax
+
+    X, y = data
+    with (jax.numpy_rank_promotion("raise"), jax.numpy_dtype_promotion("strict"),
+          jax.debug_nans(True)):
+        fit = ppl_bsvm.fit(X, y, model="gp", method=method, **CHEAP.get(method, {}))
+        p = fit.predict_proba(X)
+        assert jax.config.jax_numpy_rank_promotion == "raise"
+        assert jax.config.jax_numpy_dtype_promotion == "strict" and jax.config.jax_debug_nans
+    assert np.all(np.isfinite(p))
+
+
 # --- NaN / inf in X --------------------------------------------------------------------------
 
 

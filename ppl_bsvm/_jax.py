@@ -33,11 +33,17 @@ def key_from_seed(seed: int) -> jax.Array:
 
 
 def as_key(seed):
-    """A JAX PRNG key from an int seed (>= 0) or an existing key."""
-    if isinstance(seed, (jax.Array,)) and (
-        jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key) or seed.shape == (2,)
-    ):
-        return seed
+    """A JAX PRNG key from an int seed (>= 0) or an existing single key: a typed key of shape
+    ``()`` or a raw ``uint32`` key of shape ``(2,)`` (what ``jax.random.PRNGKey`` returns)."""
+    if isinstance(seed, jax.Array):
+        typed = jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key)
+        if (typed and seed.shape == ()) or (
+                not typed and seed.shape == (2,) and seed.dtype == np.uint32):
+            return seed
+        raise ValueError(
+            f"seed must be one JAX PRNG key, got a {'key' if typed else seed.dtype.name} array "
+            f"of shape {seed.shape}" + (" (from jax.random.split? pass one of its keys, "
+                                        "keys[0])" if typed and seed.ndim else ""))
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be a non-negative int or a JAX PRNG key, got {seed!r}")
     if not 0 <= seed < 2**63:

@@ -87,6 +87,24 @@ MAX_ABS = 1e150
 distances, Gram matrices ``Z^T Z``) stay finite in float64 (``1e150^2 = 1e300``)."""
 
 
+def _nullable_to_float(X):
+    """A pandas DataFrame or Series with nullable extension columns (``Float64``, ``Int64``,
+    ``boolean``) as float64 with NaN for ``pd.NA`` (which ``np.asarray`` makes an object array
+    of), else None. Numeric extension dtypes only: text columns stay an error."""
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None or not hasattr(X, "to_numpy"):
+        return None
+    import pandas as pd
+
+    kinds = [dtypes] if isinstance(dtypes, np.dtype) or not hasattr(dtypes, "__iter__") else dtypes
+    if not any(isinstance(d, pd.api.extensions.ExtensionDtype) for d in kinds):
+        return None
+    if not all(pd.api.types.is_numeric_dtype(d) or pd.api.types.is_bool_dtype(d)
+               for d in kinds):
+        return None
+    return X.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
 def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     """Return ``X`` as a C-contiguous float64 2-D array with finite entries.
 
@@ -103,8 +121,13 @@ def check_X(X, *, name: str = "X", n_features: int | None = None) -> np.ndarray:
     ValueError
         If ``X`` is empty, not 2-D, not numeric, or contains NaN or inf.
     """
+    if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # scipy.sparse: densify on purpose only
+        raise ValueError(
+            f"{name} is a scipy.sparse matrix of shape {X.shape}; ppl_bsvm's engines compute "
+            f"with dense arrays: pass {name}.toarray() (memory n x d x 8 bytes)")
     try:
-        arr = np.asarray(X)
+        arr = _nullable_to_float(X)
+        arr = np.asarray(X) if arr is None else arr
     except Exception as err:  # ragged lists and the like
         raise ValueError(f"{name} could not be converted to an array: {err}") from None
     if arr.dtype == object or not (
@@ -250,7 +273,9 @@ def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, Bi
         shown = classes[:6].tolist()
         raise ValueError(
             f"{name} has {classes.size} classes ({shown}{' ...' if classes.size > 6 else ''}); "
-            "ppl_bsvm is a binary classifier and needs exactly two"
+            "ppl_bsvm is a binary classifier and needs exactly two; for more, wrap "
+            "ppl_bsvm.BayesianSVC in sklearn.multiclass.OneVsRestClassifier (README: More than "
+            "two classes)"
         )
     if positive is None:
         labels = BinaryLabels(

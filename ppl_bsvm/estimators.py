@@ -98,7 +98,9 @@ class _BinaryClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 "Only binary classification is supported. The type of the target y is "
                 f"{y_type!r} with {classes.size} class(es) {shown}"
-                f"{' ...' if classes.size > 6 else ''}; {type(self).__name__} needs exactly two classes"
+                f"{' ...' if classes.size > 6 else ''}; {type(self).__name__} needs exactly two "
+                "classes: wrap it in sklearn.multiclass.OneVsRestClassifier for more (README: "
+                "More than two classes)"
             )
         return classes, index
 

@@ -102,8 +102,23 @@ def _safe_sqrt(d2):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
 
 
+def _as_kernel(other, op: str) -> "Kernel":
+    """A kernel combined with ``op``: a kernel as it is, a positive number as
+    :class:`Constant` (``RBF() + 1.0`` is a bias, ``2.0 * RBF()`` a variance, as in
+    scikit-learn); anything else a ``ValueError`` naming it."""
+    if isinstance(other, Kernel):
+        return other
+    if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+        return Constant(float(other))
+    raise ValueError(f"a kernel can be combined with {op} only with another kernel or a "
+                     f"positive number, got {type(other).__name__} {other!r}")
+
+
 def _positive(name: str, value) -> None:
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
     if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
 
@@ -132,11 +147,17 @@ class Kernel:
     def constrain(self, params: Params) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __add__(self, other: "Kernel") -> "Sum":
-        return Sum(self, other)
+    def __add__(self, other) -> "Sum":
+        return Sum(self, _as_kernel(other, "+"))
 
-    def __mul__(self, other: "Kernel") -> "Product":
-        return Product(self, other)
+    def __radd__(self, other) -> "Sum":
+        return Sum(_as_kernel(other, "+"), self)
+
+    def __mul__(self, other) -> "Product":
+        return Product(self, _as_kernel(other, "*"))
+
+    def __rmul__(self, other) -> "Product":
+        return Product(_as_kernel(other, "*"), self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +173,9 @@ class _Stationary(Kernel):
     ard: bool = False
 
     def __post_init__(self):
+        for field in ("lengthscale", "variance"):  # numbers before anything reads them
+            if getattr(self, field) is not None:
+                _positive(field, getattr(self, field))
         object.__setattr__(self, "lengthscale", _as_static(self.lengthscale))
         object.__setattr__(self, "variance", float(self.variance))
         if self.lengthscale is not None:
@@ -340,8 +364,9 @@ class Sigmoid(Kernel):
 
     def __post_init__(self):
         _positive("scale", self.scale)
-        if not np.isfinite(self.offset):
-            raise ValueError(f"offset must be finite, got {self.offset!r}")
+        if not isinstance(self.offset, (int, float, np.integer, np.floating)) or isinstance(
+                self.offset, bool) or not np.isfinite(self.offset):
+            raise ValueError(f"offset must be a finite number, got {self.offset!r}")
 
     def init_params(self, X=None) -> Params:
         return {

@@ -40,7 +40,10 @@ def _as_pm(y_true) -> np.ndarray:
         return yf
     if values <= {0.0, 1.0}:
         return 2.0 * yf - 1.0
-    raise ValueError(f"y_true must hold -1/+1, 0/1 or bools, got values {sorted(values)[:5]}")
+    raise ValueError(
+        f"y_true must hold -1/+1, 0/1 or bools, got values {sorted(values)[:5]}: name the "
+        "positive class with pos_label=... (classification_report), or map the labels first "
+        "with fit.labels.encode")
 
 
 def _check_prob(p, n: int, name: str = "p") -> np.ndarray:

@@ -321,6 +321,22 @@ def test_a_seed_too_large_for_a_key_is_a_value_error(data):
         ppl_bsvm.fit(X, y, model="linear", method="ecm", seed=2**70)
 
 
+def test_a_seed_that_is_not_one_key_is_a_value_error(data):
+    """A split key array was a JAX error from deep inside a sampler (issue 34, item 9)."""
+    import jax
+
+    X, y = data
+    for seed, message in [(jax.random.split(jax.random.key(0)), r"key array of shape \(2,\) "
+                           r"\(from jax.random.split\? pass one of its keys"),
+                          (jax.random.split(jax.random.PRNGKey(0)), r"uint32 array of shape "
+                           r"\(2, 2\)"),
+                          (jax.numpy.zeros(2), "float32 array of shape")]:
+        with pytest.raises(ValueError, match="seed must be one JAX PRNG key, got a " + message):
+            ppl_bsvm.fit(X, y, model="gp", method="ecm", seed=seed, **CHEAP["ecm"])
+    for key in (jax.random.key(3), jax.random.PRNGKey(3)):  # one key of either kind is a seed
+        ppl_bsvm.fit(X, y, model="gp", method="ecm", seed=key, **CHEAP["ecm"])
+
+
 def test_a_single_row_to_predict_is_told_how_to_reshape(data):
     X, y = data
     fit = ppl_bsvm.fit(X, y, model="linear", method="ecm")

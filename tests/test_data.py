@@ -87,3 +87,32 @@ def test_design_matrix_appends_intercept():
     np.testing.assert_array_equal(Xd[:, -1], 1.0)
     assert feature_names(2, True) == ["x0", "x1", "intercept"]
     assert design_matrix(X_OK, intercept=False) is X_OK
+
+
+def test_pandas_nullable_columns_are_numbers_and_their_missing_values_are_named():
+    """scikit-learn accepts pandas' nullable ``Float64``/``Int64``/``boolean`` columns; they
+    were "X must be numeric, got an array of dtype object" (issue 34, item 9)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": pd.array([1.5, 2.0, 3.0], dtype="Float64"),
+                          "b": pd.array([1, 2, 3], dtype="Int64"),
+                          "c": pd.array([True, False, True], dtype="boolean")})
+    np.testing.assert_array_equal(check_X(frame), [[1.5, 1, 1], [2, 2, 0], [3, 3, 1]])
+    frame.loc[1, "b"] = pd.NA
+    with pytest.raises(ValueError, match="X contains 1 non-finite.*row 1, column 1"):
+        check_X(frame)
+    with pytest.raises(ValueError, match="X must be numeric"):
+        check_X(pd.DataFrame({"a": pd.array(["x", "y"], dtype="string")}))
+
+
+def test_sparse_X_is_refused_with_the_way_to_densify_it():
+    import scipy.sparse as sp
+
+    with pytest.raises(ValueError, match=r"X is a scipy.sparse matrix of shape \(3, 3\).*"
+                                         r"X.toarray\(\)"):
+        check_X(sp.csr_matrix(np.eye(3)))
+
+
+def test_more_than_two_classes_point_to_one_versus_rest():
+    with pytest.raises(ValueError, match="10 classes.*OneVsRestClassifier"):
+        check_X_y(np.zeros((20, 1)), np.arange(20) % 10)

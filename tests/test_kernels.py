@@ -134,11 +134,28 @@ def test_gram_adds_relative_jitter(X):
         (lambda: kernels.RBF(lengthscale=(1.0, 2.0)), "ard=True"),
         (lambda: kernels.Polynomial(degree=1.5), "degree"),
         (lambda: kernels.get_kernel("gaussian"), "valid names"),
+        (lambda: kernels.RBF(lengthscale="x"), "lengthscale must be a positive number"),
+        (lambda: kernels.Matern52(variance=[1.0, "a"]), "variance must be a positive number"),
+        (lambda: kernels.Sigmoid(offset="a"), "offset must be a finite number, got 'a'"),
+        (lambda: kernels.RBF() + "a", r"combined with \+ only with another kernel or a "
+                                      "positive number, got str 'a'"),
+        (lambda: kernels.RBF() * -2.0, "value must be finite and > 0"),
     ],
 )
 def test_bad_kernel_arguments(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_a_number_combined_with_a_kernel_is_a_constant_kernel(X):
+    """As in scikit-learn: ``RBF() + 1.0`` adds a bias, ``2.0 * RBF()`` scales the variance."""
+    rbf = kernels.RBF(lengthscale=0.7)
+    params = rbf.init_params(X)
+    K = np.asarray(rbf.K(params, X, X))
+    for combined, expected in ((rbf + 1.0, K + 1.0), (1.0 + rbf, K + 1.0),
+                               (2.0 * rbf, 2.0 * K), (rbf * 2, 2.0 * K)):
+        np.testing.assert_allclose(combined.K(combined.init_params(X), X, X), expected,
+                                   rtol=1e-12)
 
 
 def test_ard_lengthscale_count_must_match(X):

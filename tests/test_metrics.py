@@ -70,3 +70,12 @@ def test_auc_needs_two_classes():
     with pytest.raises(ValueError, match="both classes"):
         metrics.auc([1, 1], [0.2, 0.3])
     assert np.isnan(metrics.classification_report([1, 1], [0.2, 0.3])["auc"])
+
+
+def test_labels_other_than_0_1_name_pos_label():
+    """Labels 3 and 8 are not -1/+1 or 0/1: the error says how to name the positive class."""
+    from ppl_bsvm import metrics
+
+    with pytest.raises(ValueError, match=r"got values \[3.0, 8.0\]: name the positive class "
+                                         r"with pos_label"):
+        metrics.classification_report(np.array([3, 8, 8, 3]), np.array([0.2, 0.9, 0.6, 0.1]))

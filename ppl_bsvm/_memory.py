@@ -99,18 +99,15 @@ SAMPLER_HINT = (
 )
 
 
-def gp_sampler_bytes(copies: int, per_chain=None, hint: str = SAMPLER_HINT):
-    """A GP sampler's ``memory`` estimate: ``copies`` dense ``n x n`` matrices, what each chain
-    keeps (``per_chain(n, options)`` floats) and the kept draws of ``f``
-    (:func:`kept_draws`): 4 chains of 10^6 draws at n = 2,000 are 64 GB whatever the
-    matrices."""
+def gp_sampler_bytes(copies: int):
+    """A GP sampler's ``memory`` estimate: ``copies`` dense ``n x n`` matrices and the kept
+    draws of ``f`` (:func:`kept_draws`): 4 chains of 10^6 draws at n = 2,000 are 64 GB
+    whatever the matrices."""
 
     def memory(n: int, d: int, options: dict) -> int:
-        chains = int(options.get("num_chains", 4))
-        work = copies * n * n + (0 if per_chain is None else chains * per_chain(n, options))
-        return (work + kept_draws(n, options)) * FLOAT
+        return (copies * n * n + kept_draws(n, options)) * FLOAT
 
-    memory.hint = hint
+    memory.hint = SAMPLER_HINT
     return memory
 
 

@@ -30,7 +30,17 @@ class _UsageError(Exception):
     """A bad argument found after parsing (unknown data set, option syntax...)."""
 
 
+_WORDS = {"true": True, "false": False, "none": None}
+"""Shell spellings of Python's constants (``--option linear_response=true``)."""
+
+FLAGS = {"seed": "--seed", "kernel": "--kernel", "model": "--model", "method": "--method"}
+"""Settings the command line has flags for: given as ``--option`` too, they were a
+``TypeError`` traceback (a keyword given twice)."""
+
+
 def _parse_value(text: str):
+    if text.strip().lower() in _WORDS:
+        return _WORDS[text.strip().lower()]
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -48,6 +58,10 @@ def _parse_options(items, prefixed: bool) -> dict:
             if "." not in key:
                 raise _UsageError(f"compare options are METHOD.KEY=VALUE, got {item!r}")
             method, key = key.split(".", 1)
+        if key in FLAGS:
+            raise _UsageError(f"{key} has its own flag: use {FLAGS[key]} instead of "
+                              f"--option {item}")
+        if prefixed:
             out.setdefault(method, {})[key] = _parse_value(value)
         else:
             out[key] = _parse_value(value)
@@ -154,6 +168,7 @@ def _cmd_compare(args) -> int:
         X, y, model=args.model, methods=methods, reference=args.reference, kernel=args.kernel,
         seed=args.seed, test_fraction=args.test_fraction, options=options, folder=folder,
         title=f"{args.dataset}: {args.model} model, {', '.join(methods)}",
+        progress=sys.stderr.isatty(),  # a bar in a log or a pipe is lines of carriage returns
     )
     post, pred = _comparison_view(table)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
@@ -225,7 +240,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (_UsageError, ValueError) as err:
+    # ValueError: bad input or options; FloatingPointError: an option that overflows the
+    # computation (prior_scale=1e300); both name what is wrong, so no traceback
+    except (_UsageError, ValueError, FloatingPointError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"ppl-bsvm {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -29,6 +29,14 @@ def test_datasets_and_methods(capsys):
         (["fit", "--dataset", "heart", "--model", "svm"], "invalid choice"),
         (["fit", "--dataset", "susy", "--n", "0", "--method", "ecm"], "--n must be a positive"),
         (["fit", "--dataset", "heart", "--seed", "-1", "--method", "ecm"], "--seed must be >= 0"),
+        # settings with their own flag were a TypeError traceback (a keyword given twice)
+        (["fit", "--dataset", "heart", "--method", "ecm", "--option", "seed=3"],
+         "seed has its own flag: use --seed instead of --option seed=3"),
+        (["compare", "--dataset", "heart", "--methods", "ecm,vi", "--option", "vi.kernel=rbf"],
+         "kernel has its own flag: use --kernel"),
+        # an option that overflows the computation names it, without a traceback
+        (["fit", "--dataset", "heart", "--model", "linear", "--method", "vi", "--option",
+          "prior_scale=1e300"], "non-finite"),
         # checked before any fit runs, not after minutes of them
         (["compare", "--dataset", "heart", "--methods", "gibbs,vi", "--out", "/proc/nope"],
          "--out '/proc/nope' cannot be written"),
@@ -51,6 +59,14 @@ def test_fit_prints_a_summary(capsys):
     assert "Fit(method='ecm', model='linear')" in out and "test: error" in out
 
 
+def test_option_values_take_the_shells_spelling_of_constants():
+    from ppl_bsvm.cli import _parse_options
+
+    assert _parse_options(["linear_response=true", "a=False", "b=none", "c=1e-3", "d=rbf"],
+                          prefixed=False) == {"linear_response": True, "a": False, "b": None,
+                                              "c": 1e-3, "d": "rbf"}
+
+
 def test_help_everywhere():
     for argv in (["--help"], ["fit", "--help"], ["compare", "--help"], ["datasets", "--help"]):
         result = subprocess.run([sys.executable, "-m", "ppl_bsvm.cli", *argv], capture_output=True, text=True)
@@ -62,7 +78,8 @@ def test_compare_with_a_baseline_without_draws(capsys, tmp_path):
     predictive row only, and the report is written (issue 20)."""
     assert main(["compare", "--dataset", "heart", "--methods", "vi,platt",
                  "--option", "vi.num_draws=200", "--out", str(tmp_path / "r")]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "platt: no posterior draws: predictive rows only" in out
+    assert "fitting gp" not in err  # no progress bar where stderr is not a terminal
     assert "report written to" in out
     assert "| platt |" in (tmp_path / "r" / "report.md").read_text()

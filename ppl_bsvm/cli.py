@@ -68,19 +68,65 @@ def _parse_options(items, prefixed: bool) -> dict:
     return out
 
 
+def _is_file(name: str) -> bool:
+    """Whether ``--dataset`` names the user's CSV file rather than a bundled data set."""
+    from pathlib import Path
+
+    return name.lower().endswith(".csv") or Path(name).is_file()
+
+
+def _data_label(name: str) -> str:
+    """A data set's name in titles and default folders (a file's stem)."""
+    from pathlib import Path
+
+    return Path(name).stem if _is_file(name) else name
+
+
+def _load_csv(path: str, target: str | None):
+    """``(X, y)`` from a CSV file with a header: ``y`` the column ``target`` (default the
+    last), ``X`` the other columns, which must be numeric."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as err:
+        raise _UsageError(f"--dataset {path!r} could not be read as CSV: {err}") from None
+    if frame.shape[1] < 2:
+        raise _UsageError(f"--dataset {path!r} needs a label column and at least one feature "
+                          f"column; it has {frame.shape[1]} column(s)")
+    target = frame.columns[-1] if target is None else target
+    if target not in frame.columns:
+        raise _UsageError(f"--target {target!r} is not a column of {path!r}; its columns: "
+                          f"{list(frame.columns)}")
+    features = frame.drop(columns=[target])
+    text = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+    if text:
+        raise _UsageError(f"feature columns {text} of {path!r} are not numeric: encode them "
+                          "(e.g. one column per category) or drop them first")
+    return features.to_numpy(dtype=float, na_value=float("nan")), frame[target].to_numpy()
+
+
 def _load(args):
     from ppl_bsvm import datasets
 
+    if args.seed < 0:
+        raise _UsageError(f"--seed must be >= 0, got {args.seed}")
+    if _is_file(args.dataset):
+        if getattr(args, "n", None) is not None:
+            raise _UsageError("--n applies to generated data sets only")
+        return _load_csv(args.dataset, args.target)
+    if args.target is not None:
+        raise _UsageError("--target applies to a CSV --dataset only")
     names = datasets.list_datasets() + datasets.list_generators()
     if args.dataset not in names:
-        raise _UsageError(f"unknown data set {args.dataset!r}; run 'ppl-bsvm datasets' for the list")
+        raise _UsageError(f"unknown data set {args.dataset!r}; run 'ppl-bsvm datasets' for the "
+                          "list, or give a CSV file")
     n = getattr(args, "n", None)
     if n is not None and args.dataset not in datasets.list_generators():
         raise _UsageError("--n applies to generated data sets only")
     if n is not None and n < 1:
         raise _UsageError(f"--n must be a positive integer, got {n}")
-    if args.seed < 0:
-        raise _UsageError(f"--seed must be >= 0, got {args.seed}")
     if n is not None:
         return datasets.load(args.dataset, n=n, seed=args.seed)
     return datasets.load(args.dataset)
@@ -130,16 +176,22 @@ def _cmd_fit(args) -> int:
 
     options = _parse_options(args.option, prefixed=False)
     ppl_bsvm.api.get_engine(args.model, args.method)  # a wrong name fails before any work
+    if args.save is not None and os.path.exists(args.save):
+        raise _UsageError(f"--save {args.save!r} exists; a saved fit is never overwritten: "
+                          "choose a new folder")
     X, y = _load(args)
     split = split_data(X, y, args.test_fraction, args.seed)
     fit = ppl_bsvm.fit(split.X_train, split.y_train, model=args.model, method=args.method,
                        kernel=args.kernel, seed=args.seed, **options)
-    print(f"{args.dataset}: {len(split.y_train)} train / {len(split.y_test)} test points")
+    print(f"{_data_label(args.dataset)}: {len(split.y_train)} train / {len(split.y_test)} "
+          "test points")
     print(fit.summary())
     report = ppl_bsvm.metrics.classification_report(
         fit.labels.encode(split.y_test), fit.predict_proba(split.X_test)
     )
     print("test: " + ", ".join(f"{k} {v:.4f}" for k, v in report.items()))
+    if args.save is not None:
+        print(f"saved to {fit.save(args.save)}")
     return 0
 
 
@@ -162,12 +214,12 @@ def _cmd_compare(args) -> int:
     options = _parse_options(args.option, prefixed=True)
     X, y = _load(args)
     folder = None if args.no_report else _writable(
-        args.out or f"reports/compare_{args.dataset}_{args.model}"
+        args.out or f"reports/compare_{_data_label(args.dataset)}_{args.model}"
     )
     table, fits, path = run_comparison(
         X, y, model=args.model, methods=methods, reference=args.reference, kernel=args.kernel,
         seed=args.seed, test_fraction=args.test_fraction, options=options, folder=folder,
-        title=f"{args.dataset}: {args.model} model, {', '.join(methods)}",
+        title=f"{_data_label(args.dataset)}: {args.model} model, {', '.join(methods)}",
         progress=sys.stderr.isatty(),  # a bar in a log or a pipe is lines of carriage returns
     )
     post, pred = _comparison_view(table)
@@ -204,7 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_methods)
 
     def data_args(p):
-        p.add_argument("--dataset", required=True, help="data set or generator name")
+        p.add_argument("--dataset", required=True,
+                       help="data set or generator name, or a CSV file with a header row "
+                            "(numeric feature columns and a label column)")
+        p.add_argument("--target", default=None,
+                       help="label column of a CSV --dataset (default: the last column)")
         p.add_argument("--n", type=int, default=None, help="sample size (generators only)")
         p.add_argument("--model", default="gp", choices=["linear", "gp", "sparse_gp"])
         p.add_argument("--kernel", default=None, help="kernel name (GP models; default rbf)")
@@ -217,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="vi", help="inference method (see 'ppl-bsvm methods')")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="engine option, repeatable (e.g. --option max_iter=200)")
+    p.add_argument("--save", default=None, metavar="DIR",
+                   help="save the fit to this new folder (ppl_bsvm.load reads it back)")
     p.set_defaults(run=_cmd_fit)
 
     p = sub.add_parser("compare", help="fit several methods, compare them with the first")

@@ -83,3 +83,48 @@ def test_compare_with_a_baseline_without_draws(capsys, tmp_path):
     assert "fitting gp" not in err  # no progress bar where stderr is not a terminal
     assert "report written to" in out
     assert "| platt |" in (tmp_path / "r" / "report.md").read_text()
+
+
+def _csv(path, text_column=False):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    label = np.where(X[:, 0] + 0.3 * rng.normal(size=60) > 0, "yes", "no")
+    frame = pd.DataFrame({"label": label, "a": X[:, 0], "b": X[:, 1]})
+    if text_column:
+        frame["colour"] = "red"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_fit_takes_the_users_csv_and_saves_the_fit(capsys, tmp_path):
+    """`--dataset my.csv` was "unknown data set", and a fit could not be kept (issue 34)."""
+    import ppl_bsvm
+
+    data = _csv(tmp_path / "my.csv")
+    saved = tmp_path / "fit"
+    assert main(["fit", "--dataset", str(data), "--target", "label", "--method", "ecm",
+                 "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("my: 42 train / 18 test points") and f"saved to {saved}" in out
+    assert ppl_bsvm.load(saved).labels.positive == "yes"
+    # a saved fit is never overwritten, and nothing is fitted before saying so
+    assert main(["fit", "--dataset", str(data), "--target", "label", "--method", "ecm",
+                 "--save", str(saved)]) == 2
+    assert "a saved fit is never overwritten" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target", "nope"], "--target 'nope' is not a column"),
+    (["--target", "label", "--n", "10"], "--n applies to generated data sets only"),
+    ([], "not numeric"),  # the default target is the last column: the text column is a feature
+])
+def test_a_csv_that_cannot_be_used_is_one_line(argv, message, capsys, tmp_path):
+    data = _csv(tmp_path / "bad.csv", text_column=True)
+    if "--target" in argv and argv[argv.index("--target") + 1] == "label":
+        data = _csv(tmp_path / "good.csv")
+    assert main(["fit", "--dataset", str(data), "--method", "ecm", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -21,7 +21,9 @@ decoded: a changed or corrupted file is an error, never silently different draws
 
 **One writer.** :func:`writer_lock` takes the lock file ``.<name>.lock`` beside the directory
 (created exclusively; a lock whose process has died is taken over), so two runs given the same
-``checkpoint`` do not overwrite each other: the second is refused before it starts.
+``checkpoint`` do not overwrite each other: the second is refused before it starts. Within
+a process the lock belongs to the thread that took it (:func:`holds_lock`): the run's own
+checkpoints go through, another thread's save to the same folder is refused.
 
 Format 2 (the four files without generations or checksums) is read as well; directories of
 the format before it (a pickle) are refused by :func:`ppl_bsvm.load`.
@@ -35,6 +37,7 @@ import json
 import os
 import re
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -181,9 +184,14 @@ def writer_lock(path):
         break
     else:
         raise ValueError(f"could not take the lock {str(lock)!r} of {str(path)!r}")
+    key = _held_key(path)
+    with _held_guard:
+        _held[key] = threading.get_ident()
     try:
         yield
     finally:
+        with _held_guard:
+            _held.pop(key, None)
         lock.unlink(missing_ok=True)
 
 
@@ -195,8 +203,18 @@ def _holder(lock: Path) -> dict[str, Any] | None:
     return holder if isinstance(holder, dict) else None
 
 
+_held: dict[str, int] = {}  # the locks this process holds: resolved path -> holding thread
+_held_guard = threading.Lock()
+
+
+def _held_key(path) -> str:
+    return str(Path(path).resolve())
+
+
 def holds_lock(path) -> bool:
-    """True when this process holds the lock of ``path`` (a save inside a locked run)."""
-    holder = _holder(_lock_path(Path(path)))
-    return holder is not None and holder.get("pid") == os.getpid() \
-        and holder.get("host") == socket.gethostname()
+    """True when this thread holds the lock of ``path`` (a checkpoint's save inside the run
+    that took it). Per thread, not per process: another thread saving to a running
+    checkpoint's folder (``Fit.save(path, overwrite=True)``) must be refused, not let in as
+    the run's own save."""
+    with _held_guard:
+        return _held.get(_held_key(path)) == threading.get_ident()

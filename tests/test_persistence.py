@@ -485,3 +485,34 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(small,
     fit = _fit(small, "linear", "gibbs", _GIBBS, checkpoint=tmp_path / "ck")
     assert not lock.exists()
     assert ppl_bsvm.load(tmp_path / "ck").n_iter == fit.n_iter
+
+
+def test_a_second_writer_in_the_same_process_is_refused(small, tmp_path):
+    """The lock of a running checkpoint belongs to the run's thread: another thread's
+    Fit.save(path, overwrite=True) wrote into it, and the checkpointed run died with OSError
+    (issue 34, item 3). The run's own saves still go through."""
+    import threading
+
+    from ppl_bsvm import _store
+
+    fit = _fit(small, "gp", "ecm", {})
+    path = tmp_path / "ck"
+    seen = {}
+
+    def other_thread():
+        seen["holds"] = _store.holds_lock(path)
+        try:
+            fit.save(path, overwrite=True)
+        except ValueError as err:
+            seen["error"] = str(err)
+
+    with _store.writer_lock(path):
+        fit.save(path, overwrite=True)  # the holder's save: a checkpoint
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join(30)
+        assert _store.holds_lock(path)
+    assert seen["holds"] is False
+    assert "is being written by another run" in seen["error"]
+    assert not _store.holds_lock(path)
+    _assert_same_fit(fit, ppl_bsvm.load(path), small[2])

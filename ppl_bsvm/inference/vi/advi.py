@@ -333,12 +333,23 @@ def _advi(static: Static, data: dict, options: ADVIOptions, key, resume, site: s
     return result, np.asarray(draws), np.asarray(log_ratios), time.perf_counter() - t0
 
 
+DIVERGED_FACTOR = 100.0
+"""A last chunk's median ELBO this many times the start's magnitude below it is divergence
+whatever the noise (:func:`elbo_fell`)."""
+
+
 def elbo_fell(elbo, window: int):
     """``(best, last)`` medians of the ELBO trace over chunks of ``window // 5`` steps when
     the last chunk's is below the best one's by more than 4 of their standard errors and 1 %
     of the best's magnitude: the optimisation diverged and settled lower, which a stopping
     rule on the change alone calls converged; else None. Medians, because a diverging ELBO
-    estimate is heavy-tailed (steps of -10^14 among steps of -10^3)."""
+    estimate is heavy-tailed (steps of -10^14 among steps of -10^3).
+
+    A run that diverges within its first chunk has no good chunk to compare with, and its
+    last chunk's spread is as large as its median (-10^30 +- 10^30 against a start of -197):
+    there ``best`` is the first chunk's largest value, the start, and a last median below it
+    by :data:`DIVERGED_FACTOR` times its magnitude is divergence (a learning rate of 3 on
+    Heart stopped on ``tol`` that way, the ELBO at -6e28)."""
     size = max(window // 5, 1)
     count = elbo.size // size
     if count < 2:
@@ -351,6 +362,9 @@ def elbo_fell(elbo, window: int):
     drop = medians[best] - medians[-1]
     if drop > 4 * np.hypot(se[best], se[-1]) and drop > 0.01 * abs(medians[best]):
         return float(medians[best]), float(medians[-1])
+    start = float(np.max(elbo[:size]))
+    if np.isfinite(start) and medians[-1] < start - DIVERGED_FACTOR * max(abs(start), 1.0):
+        return start, float(medians[-1])
     return None
 
 

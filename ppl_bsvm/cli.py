@@ -112,13 +112,13 @@ def _load(args):
 
     if args.seed < 0:
         raise _UsageError(f"--seed must be >= 0, got {args.seed}")
-    if _is_file(args.dataset):
+    names = datasets.list_datasets() + datasets.list_generators()
+    if args.dataset not in names and _is_file(args.dataset):  # a bundled name wins
         if getattr(args, "n", None) is not None:
             raise _UsageError("--n applies to generated data sets only")
         return _load_csv(args.dataset, args.target)
     if args.target is not None:
         raise _UsageError("--target applies to a CSV --dataset only")
-    names = datasets.list_datasets() + datasets.list_generators()
     if args.dataset not in names:
         raise _UsageError(f"unknown data set {args.dataset!r}; run 'ppl-bsvm datasets' for the "
                           "list, or give a CSV file")

@@ -72,11 +72,16 @@ default 500 stopped it 0.003 nats short, with a ConvergenceWarning the demo's us
 act on)."""
 
 
-def variant_fits(split, *, model: str, kernel=None, seed: int = 0) -> dict:
-    """``{name: Fit}`` of :data:`VARIANTS` of ``model``."""
+def _fit_specs(split, specs: dict, *, model: str, kernel=None, seed: int = 0) -> dict:
+    """``{name: Fit}`` of ``specs`` (``{name: (method, options)}``) on the training data."""
     return {name: fit(split.X_train, split.y_train, model=model, method=method, kernel=kernel,
                       seed=seed, progress_bar=False, **options)
-            for name, (method, options) in VARIANTS[model].items()}
+            for name, (method, options) in specs.items()}
+
+
+def variant_fits(split, *, model: str, kernel=None, seed: int = 0) -> dict:
+    """``{name: Fit}`` of :data:`VARIANTS` of ``model``."""
+    return _fit_specs(split, VARIANTS[model], model=model, kernel=kernel, seed=seed)
 
 
 def candidate_specs(model: str, methods, options: dict) -> dict:
@@ -90,12 +95,8 @@ def compiled_seconds(split, specs: dict, *, model: str, kernel=None, seed: int =
     """Each candidate's seconds in a second fit of the same data and options, its programs
     compiled by the first: what a user pays from the second fit of a shape on (the first
     fit's ``timings["total"]`` adds JAX's compilation)."""
-    out = {}
-    for name, (method, options) in specs.items():
-        again = fit(split.X_train, split.y_train, model=model, method=method, kernel=kernel,
-                    seed=seed, progress_bar=False, **options)
-        out[name] = float(again.timings["total"])
-    return out
+    again = _fit_specs(split, specs, model=model, kernel=kernel, seed=seed)
+    return {name: float(f.timings["total"]) for name, f in again.items()}
 
 
 def learned_kernel(split) -> kernels.RBF:

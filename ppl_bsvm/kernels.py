@@ -102,13 +102,19 @@ def _safe_sqrt(d2):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
 
 
+def _is_real(value) -> bool:
+    """A Python or NumPy real number (not a bool, a string or an array)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_))
+
+
 def _as_kernel(other, op: str) -> "Kernel":
     """A kernel combined with ``op``: a kernel as it is, a positive number as
     :class:`Constant` (``RBF() + 1.0`` is a bias, ``2.0 * RBF()`` a variance, as in
     scikit-learn); anything else a ``ValueError`` naming it."""
     if isinstance(other, Kernel):
         return other
-    if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+    if _is_real(other):
         return Constant(float(other))
     raise ValueError(f"a kernel can be combined with {op} only with another kernel or a "
                      f"positive number, got {type(other).__name__} {other!r}")
@@ -173,16 +179,15 @@ class _Stationary(Kernel):
     ard: bool = False
 
     def __post_init__(self):
-        for field in ("lengthscale", "variance"):  # numbers before anything reads them
-            if getattr(self, field) is not None:
-                _positive(field, getattr(self, field))
-        object.__setattr__(self, "lengthscale", _as_static(self.lengthscale))
-        object.__setattr__(self, "variance", float(self.variance))
+        # checked as given, before the conversions read them (lengthscale="x" was float()'s
+        # error, naming no argument)
         if self.lengthscale is not None:
             _positive("lengthscale", self.lengthscale)
-            if isinstance(self.lengthscale, tuple) and not self.ard:
-                raise ValueError("a vector lengthscale needs ard=True")
         _positive("variance", self.variance)
+        object.__setattr__(self, "lengthscale", _as_static(self.lengthscale))
+        object.__setattr__(self, "variance", float(self.variance))
+        if isinstance(self.lengthscale, tuple) and not self.ard:
+            raise ValueError("a vector lengthscale needs ard=True")
 
     def init_params(self, X=None) -> Params:
         if self.lengthscale is None:
@@ -285,8 +290,8 @@ class Linear(Kernel):
     name: ClassVar[str] = "linear"
 
     def __post_init__(self):
-        object.__setattr__(self, "variance", float(self.variance))
         _positive("variance", self.variance)
+        object.__setattr__(self, "variance", float(self.variance))
 
     def init_params(self, X=None) -> Params:
         return {"log_variance": np.log(np.asarray(self.variance, dtype=np.float64))}
@@ -364,8 +369,7 @@ class Sigmoid(Kernel):
 
     def __post_init__(self):
         _positive("scale", self.scale)
-        if not isinstance(self.offset, (int, float, np.integer, np.floating)) or isinstance(
-                self.offset, bool) or not np.isfinite(self.offset):
+        if not _is_real(self.offset) or not np.isfinite(self.offset):
             raise ValueError(f"offset must be a finite number, got {self.offset!r}")
 
     def init_params(self, X=None) -> Params:

@@ -137,6 +137,7 @@ def test_gram_adds_relative_jitter(X):
         (lambda: kernels.RBF(lengthscale="x"), "lengthscale must be a positive number"),
         (lambda: kernels.Matern52(variance=[1.0, "a"]), "variance must be a positive number"),
         (lambda: kernels.Sigmoid(offset="a"), "offset must be a finite number, got 'a'"),
+        (lambda: kernels.Linear(variance="x"), "variance must be a positive number"),
         (lambda: kernels.RBF() + "a", r"combined with \+ only with another kernel or a "
                                       "positive number, got str 'a'"),
         (lambda: kernels.RBF() * -2.0, "value must be finite and > 0"),

@@ -40,10 +40,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageChops
 
-from scripts.notebooks import SETTINGS_TAGS
+from scripts.notebooks import NOTEBOOKS, ROOT, SETTINGS_TAGS, notebook_paths
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "browser_check"
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -349,13 +347,6 @@ def print_report(name: str, html: Path, tile_paths: Sequence[Path], facts: PageF
 def _shown(path: Path) -> str:
     """``path`` relative to the working directory where it is inside it."""
     return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
-
-
-def notebook_paths(names: Sequence[str]) -> list[Path]:
-    """The notebooks named (``quickstart`` or ``quickstart.ipynb``), or all of them."""
-    if not names:
-        return sorted(NOTEBOOKS.glob("*.ipynb"))
-    return [NOTEBOOKS / f"{Path(name).stem}.ipynb" for name in names]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,13 @@ INLINE = "module://matplotlib_inline.backend_inline"
 figure cells empty)."""
 
 
+def notebook_paths(names=()) -> list[Path]:
+    """The notebooks named (``quickstart`` or ``quickstart.ipynb``), or all of them."""
+    if not names:
+        return sorted(NOTEBOOKS.glob("*.ipynb"))
+    return [NOTEBOOKS / f"{Path(name).stem}.ipynb" for name in names]
+
+
 def kernel_spec_manager(root: Path):
     """A ``KernelSpecManager`` that knows one kernel, :data:`KERNEL_NAME`, whose argv starts
     with ``sys.executable``, its spec written under ``root``."""
@@ -151,13 +158,11 @@ def run(names: list[str] | None = None) -> int:
     import nbclient
     import nbformat
 
-    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
-    if names:
-        unknown = set(names) - {p.stem for p in paths}
-        if unknown:
-            raise SystemExit(f"no such notebook: {sorted(unknown)} (have "
-                             f"{sorted(p.stem for p in paths)})")
-        paths = [p for p in paths if p.stem in names]
+    paths = notebook_paths(names or ())
+    unknown = [p.stem for p in paths if not p.exists()]
+    if unknown:
+        raise SystemExit(f"no such notebook: {unknown} (have "
+                         f"{[p.stem for p in notebook_paths()]})")
     failed = 0
     os.environ["MPLBACKEND"] = INLINE  # the kernels inherit this process's environment
     with tempfile.TemporaryDirectory() as root:

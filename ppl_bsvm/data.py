@@ -96,7 +96,7 @@ def _nullable_to_float(X):
         return None
     import pandas as pd
 
-    kinds = [dtypes] if isinstance(dtypes, np.dtype) or not hasattr(dtypes, "__iter__") else dtypes
+    kinds = list(dtypes) if isinstance(dtypes, pd.Series) else [dtypes]  # a frame's, a series'
     if not any(isinstance(d, pd.api.extensions.ExtensionDtype) for d in kinds):
         return None
     if not all(pd.api.types.is_numeric_dtype(d) or pd.api.types.is_bool_dtype(d)

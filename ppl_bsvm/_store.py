@@ -111,13 +111,21 @@ def write(path: Path, writers: dict, meta: dict, old: dict | None) -> None:
     generation = (old.get("generation", 0) if old is not None else 0) + 1
     names = {"posterior": f"posterior.{generation}.nc", "fields": f"fit.{generation}.json",
              "arrays": f"arrays.{generation}.npz"}
-    for key, name in names.items():
-        writers[key](path / name)
-    meta = {**meta, "generation": generation, "files": names,
-            "sha256": {key: _sha256(path / name) for key, name in names.items()}}
     tmp = path / f".{META_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, path / META_FILE)  # the commit
+    try:
+        for key, name in names.items():
+            writers[key](path / name)
+        meta = {**meta, "generation": generation, "files": names,
+                "sha256": {key: _sha256(path / name) for key, name in names.items()}}
+        tmp.write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp, path / META_FILE)  # the commit
+    except Exception:  # an interrupt is a dead process: the next save removes its files
+        # a failed save (a full disk, say) leaves the committed generation as it was and
+        # gives back the space its own partial files took
+        for partial in (*(path / name for name in names.values()), tmp):
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+        raise
     remove_leftovers(path, keep=set(names.values()),
                      also=set(files_of(old).values()) if old is not None else set())
 

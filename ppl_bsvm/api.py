@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import importlib
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -567,12 +568,24 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
             result.timings["pointwise"] = seconds
             result.timings["total"] += seconds
         if checkpoint is not None:
-            result.save(checkpoint, overwrite=True)
+            _save_checkpoint(result, checkpoint)
         if last:
             return result
         previous = result
         done = result.checkpoint.n_iter
         start = time.perf_counter()
+
+
+def _save_checkpoint(result: Fit, checkpoint) -> None:
+    """Save a checkpoint; one that cannot be written (a full disk) warns and the run goes on:
+    its work is worth more than the copy, and the folder keeps the last checkpoint written."""
+    try:
+        result.save(checkpoint, overwrite=True)
+    except OSError as error:
+        warnings.warn(f"checkpoint {str(checkpoint)!r} not written after iteration "
+                      f"{result.checkpoint.n_iter} ({error.strerror or error}); the run goes "
+                      "on, and the folder keeps the last checkpoint written", UserWarning,
+                      stacklevel=4)
 
 
 def _make_fit(engine: Engine, approx: Approximation, kernel, config: Options, shared: dict,

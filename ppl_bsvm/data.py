@@ -249,6 +249,7 @@ def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, Bi
         float64 labels in {-1, +1}.
     labels : BinaryLabels
     """
+    refuse_mixed_label_types(y, name)
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}; use {name}.ravel()")
@@ -287,6 +288,20 @@ def check_binary_y(y, *, positive=None, name: str = "y") -> tuple[np.ndarray, Bi
         other = classes[0] if classes[1] == positive else classes[1]
         labels = BinaryLabels(negative=_python_scalar(other), positive=positive)
     return labels.encode(arr), labels
+
+
+def refuse_mixed_label_types(y, name: str = "y") -> None:
+    """``ValueError`` for a sequence (not an array) mixing strings with other labels: NumPy
+    turns them all into strings (``[0, "a"]`` would predict ``"0"``); scikit-learn's label
+    encoders refuse such labels too."""
+    if hasattr(y, "dtype") or not isinstance(y, (list, tuple)):
+        return
+    if np.asarray(y).dtype.kind != "U":
+        return
+    kinds = sorted({type(v).__name__ for v in y})
+    if kinds != ["str"]:
+        raise ValueError(f"{name} mixes labels of types {', '.join(kinds)}; give labels of one "
+                         f"type (all strings or all numbers)")
 
 
 def _python_scalar(value):

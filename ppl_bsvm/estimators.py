@@ -41,7 +41,7 @@ from .baselines._likelihoods import logistic_gaussian
 from .baselines.bcsvm import COMBINES
 from .baselines.rvm import RVMOptions, _Basis, _split_active, maximise_evidence
 from .baselines.rvm_algorithms import ALGORITHMS, RVMResult, rvm_classification, rvm_regression
-from .data import MAX_ABS, check_X
+from .data import MAX_ABS, check_X, refuse_mixed_label_types
 from .kernels import DEFAULT_JITTER, Kernel, get_kernel
 from .predictive import DEFAULT_LINK
 
@@ -130,6 +130,7 @@ class _FitClassifier(_BinaryClassifier):
             Exactly two distinct labels of any type (ints, bools, strings, ...).
         """
         kwargs = self._fit_arguments()
+        refuse_mixed_label_types(y)  # before validate_data turns them all into strings
         X, y = validate_data(self, X, y, dtype=np.float64)
         self.classes_, _ = self._binary_targets(y, need_two=True)
         self.posterior_ = _fit(self._named(X), y, positive=self.classes_[1], **kwargs)
@@ -690,6 +691,7 @@ class RVMClassifier(_BinaryClassifier, _RVMBase):
     def fit(self, X, y):
         """Fit the sparse Bayesian logistic model; returns ``self``."""
         kernel = self._validate_options()
+        refuse_mixed_label_types(y)
         X, y = validate_data(self, X, y, dtype=np.float64)
         # one class is fitted (and predicted), as scikit-learn's checks prefer
         self.classes_, index = self._binary_targets(y, need_two=False)

@@ -31,6 +31,7 @@ back in float64.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pickle
 import shutil
@@ -182,7 +183,7 @@ class Fit:
         path = Path(path)
         fields_json, arrays_npz = to_bytes(self._fields(with_idata=False), lenient=_UNSAVED_OK)
         writers = {
-            "posterior": lambda file: self.idata.to_netcdf(file, engine=_NETCDF_ENGINE),
+            "posterior": lambda file: file.write_bytes(_netcdf_bytes(self.idata)),
             "fields": lambda file: file.write_bytes(fields_json),
             "arrays": lambda file: file.write_bytes(arrays_npz),
         }
@@ -537,6 +538,16 @@ def _meta(fit: Fit) -> dict[str, Any]:
             "fingerprint": fit.fingerprint, **_versions()}
 
 
+def _netcdf_bytes(idata) -> memoryview:
+    """The posterior as the bytes of a netCDF-4 file, built in memory.
+
+    The file is then written by Python, whose write raises ``OSError`` on a full disk (or a
+    file-size limit). Handed a file, the HDF5 library under ``h5netcdf`` meets the full disk
+    itself, and after the ``OSError`` the process dies in HDF5's clean-up (SIGSEGV, 5 of 5
+    tries); the price is a copy of the posterior in memory while it is written."""
+    return idata.to_netcdf(None, engine=_NETCDF_ENGINE)
+
+
 def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:
     old = None
     if path.exists():
@@ -551,7 +562,13 @@ def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:
             )
     else:
         path.mkdir(parents=True)
-    _store.write(path, writers, meta, old)
+    try:
+        _store.write(path, writers, meta, old)
+    except Exception:
+        if old is None:  # the directory this save created, left empty by the failed write
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     for stale in _store.old_scheme_leftovers(path):  # an interrupted save of format 2
         shutil.rmtree(stale, ignore_errors=True)
 

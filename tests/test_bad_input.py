@@ -116,6 +116,16 @@ def test_fit_rejects_wrong_number_of_classes(data, labels, message, est_message)
         BayesianSVC(method="ecm", options={"max_iter": 20}).fit(X, y)
 
 
+def test_fit_rejects_a_list_of_labels_of_mixed_types(data):
+    """NumPy makes ``["0", "a"]`` of ``[0, "a"]``, which would predict the string ``"0"``."""
+    X, _ = data
+    y = [(0, "a")[i % 2] for i in range(X.shape[0])]
+    with pytest.raises(ValueError, match=r"y mixes labels of types int, str; give labels of one"):
+        ppl_bsvm.fit(X, y, model="gp", method="ecm")
+    with pytest.raises(ValueError, match=r"y mixes labels of types int, str"):
+        BayesianSVC(method="ecm", options={"max_iter": 20}).fit(X, y)
+
+
 # --- more inducing points than data ----------------------------------------------------------
 
 

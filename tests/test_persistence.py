@@ -1,6 +1,7 @@
 """Saving, loading and pickling fits; checkpointing and resuming long runs to the same result."""
 
 import json
+import os
 import pickle
 import warnings
 
@@ -516,3 +517,113 @@ def test_a_second_writer_in_the_same_process_is_refused(small, tmp_path):
     assert "is being written by another run" in seen["error"]
     assert not _store.holds_lock(path)
     _assert_same_fit(fit, ppl_bsvm.load(path), small[2])
+
+
+_FULL_DISK_CHILD = """
+import errno, resource, signal, sys, warnings
+from pathlib import Path
+import ppl_bsvm
+
+fit = ppl_bsvm.load(sys.argv[1])
+target, existing, limit = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+for path, overwrite in ((target, False), (existing, True)):
+    try:
+        fit.save(path, overwrite=overwrite)
+    except OSError as error:
+        print(f"OSError {errno.errorcode.get(error.errno)} {path.name}")
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+print("exists" if target.exists() else "removed", sorted(p.name for p in existing.iterdir()))
+print("loads", ppl_bsvm.load(existing).method)
+"""
+
+
+def test_a_save_that_runs_out_of_space_raises_oserror_and_the_process_goes_on(small, tmp_path):
+    """A save that meets a full disk (here the file-size limit, which fails writes with EFBIG
+    the way a full disk fails them with ENOSPC, and needs no privileges) raises ``OSError``
+    and the process lives on: the posterior's netCDF file is built in memory, so HDF5 never
+    meets the failing write (handed the file, it crashed the process with SIGSEGV after the
+    error). The new directory is removed, an overwritten fit is kept whole, and the partial
+    files are gone."""
+    import subprocess
+    import sys
+
+    small_fit = _fit(small, "gp", "ecm", {})
+    big_fit = _fit(small, "linear", "gibbs", {"num_samples": 400, "num_warmup": 40,
+                                              "num_chains": 2})
+    big_fit.save(tmp_path / "big")
+    small_fit.save(tmp_path / "kept")
+    posterior = max(p.stat().st_size for p in (tmp_path / "big").iterdir())
+    assert posterior > 200_000
+    proc = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_CHILD, str(tmp_path / "big"), str(tmp_path / "new"),
+         str(tmp_path / "kept"), str(posterior // 2)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "OSError EFBIG new", "OSError EFBIG kept",
+        "removed ['arrays.1.npz', 'fit.1.json', 'meta.json', 'posterior.1.nc']", "loads ecm"]
+    assert not list(tmp_path.glob(".*.lock"))
+
+
+def test_a_save_on_a_full_tmpfs_raises_oserror(small, tmp_path):
+    """The same on a real full file system: a tmpfs of half the big fit's size (where this
+    process may mount one: root on Linux)."""
+    import errno
+    import subprocess
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    big = _fit(small, "linear", "gibbs", {"num_samples": 2000, "num_warmup": 40,
+                                          "num_chains": 2})
+    kept = _fit(small, "linear", "vi", {})
+    sizes = [sum(p.stat().st_size for p in fit.save(tmp_path / name).iterdir())
+             for fit, name in ((big, "big"), (kept, "kept"))]
+    room = (sizes[0] // 2) // 4096 * 4096
+    assert sizes[1] + 8 * 4096 < room  # the small fit fits, the big one does not
+    mount = tmp_path / "small_disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={room}", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with pytest.raises(OSError) as caught:
+            big.save(mount / "fit")
+        assert caught.value.errno == errno.ENOSPC
+        assert list(mount.iterdir()) == []  # the failed save's files and folder are gone
+        kept.save(mount / "fit")  # the space was given back
+        assert ppl_bsvm.load(mount / "fit").method == "vi"
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_checkpoint_that_cannot_be_written_warns_and_the_run_goes_on(small, tmp_path,
+                                                                       monkeypatch):
+    """A checkpoint on a full disk: a warning naming the folder and the iteration, the run
+    finishes and returns its fit, and the folder keeps the checkpoint written before."""
+    import errno
+
+    path = tmp_path / "ckpt"
+    calls = []
+    real_save = Fit.save
+
+    def save_then_fail(self, target, **kwargs):
+        calls.append(self.checkpoint.n_iter)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(self, target, **kwargs)
+
+    monkeypatch.setattr(Fit, "save", save_then_fail)
+    X, y, _ = small
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=40, num_warmup=40,
+                           num_chains=2, seed=5, checkpoint=path, checkpoint_every=20)
+    monkeypatch.undo()
+    messages = [str(w.message) for w in caught if "checkpoint" in str(w.message)]
+    assert messages == [f"checkpoint {str(path)!r} not written after iteration 40 (No space "
+                        "left on device); the run goes on, and the folder keeps the last "
+                        "checkpoint written"]
+    assert calls == [20, 40] and fit.idata.posterior.sizes["draw"] == 40
+    assert ppl_bsvm.load(path).checkpoint.n_iter == 20

@@ -77,7 +77,8 @@ LABELS = {
     "0/1": (0, 1), "-1/+1": (-1, 1), "floats": (0.5, 2.5), "bools": (False, True),
     "strings": ("no", "yes"),
 }
-Y_FAULTS = ["mixed types", "one class", "three classes", "nan", "none", "2-D", "length"]
+Y_FAULTS = ["mixed types", "mixed list", "one class", "three classes", "nan", "none", "2-D",
+            "length"]
 
 
 @st.composite
@@ -132,6 +133,8 @@ def labels(draw, n: int):
         y = y.reshape(-1, 1)
     elif kind == "length":
         y = y[:-1]
+    elif kind == "mixed list":  # NumPy would make ["0", "a"] of [0, "a"]
+        y = [(0, "a")[s] for s in signs]
     return y, fault
 
 

@@ -32,7 +32,8 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
 
 * makes JAX's **persistent compilation cache** available (:func:`enable_compilation_cache`,
   called once when this module is imported: on the first use of ``ppl_bsvm``'s names, and by
-  every module that runs a computation): compiled programs are kept on disk, in the user's cache directory
+  every module that runs a computation): compiled programs are kept on disk, in the user's
+  cache directory
   (``$XDG_CACHE_HOME/ppl_bsvm/jax`` or ``~/.cache/ppl_bsvm/jax``; ``~/Library/Caches`` on macOS,
   ``%LOCALAPPDATA%`` on Windows), bounded to :data:`CACHE_MAX_BYTES`, least recently used
   programs first out (:func:`prune_compilation_cache`). A new process then loads programs
@@ -42,9 +43,15 @@ the estimators through ``fit``) is wrapped in :func:`entry_point`, which
   in one scan at the exit of a process, at most once an hour (:data:`CACHE_PRUNE_SECONDS`).
   ``PPL_BSVM_CACHE_DIR`` moves the cache, and ``PPL_BSVM_CACHE_DIR=off`` turns it off; a cache
   directory the user configured in JAX (``jax_compilation_cache_dir``) is used as it is and
-  never changed. Beside the compiled programs, :mod:`ppl_bsvm._programs` keeps the library's
-  main programs as traced and lowered (its subfolder ``programs``), so that a new process skips
-  tracing and lowering them too;
+  never changed. ppl_bsvm's own directory is set only inside the library's entry points
+  (:func:`library_cache`, thread-local settings, as float64 is): JAX's global options stay as
+  the user left them, and programs the user compiles outside the library are neither read
+  from nor written to it (JAX keeps one cache object per process, so
+  :func:`enable_compilation_cache` wraps its reads and writes to tell them apart); an entry
+  that cannot be read (cut short by a full disk) is removed and compiled again, where JAX
+  alone would warn about it in every later process and never replace it. Beside the compiled
+  programs, :mod:`ppl_bsvm._programs` keeps the library's main programs as traced and lowered
+  (its subfolder ``programs``), so that a new process skips tracing and lowering them too;
 
 * keeps the process clear of the kernel's **limit on memory mappings** (Linux
   ``vm.max_map_count``, 65,530 by default). Every XLA program compiled or loaded on the CPU
@@ -87,6 +94,7 @@ __all__ = [
     "memory_map_usage",
     "release_programs_near_map_limit",
     "enable_compilation_cache",
+    "library_cache",
     "compilation_cache_dir",
 ]
 
@@ -337,7 +345,7 @@ def entry_point(fn):
             _check_map_limit()
         _depth.value = depth + 1
         try:
-            with library_numerics(), blas_threads():
+            with library_numerics(), library_cache(), blas_threads():
                 return fn(*args, **kwargs)
         finally:
             _depth.value = depth
@@ -366,19 +374,26 @@ def compilation_cache_dir() -> Path | None:
 
 
 _cache_enabled = False
+_cache_root: Path | None = None  # ppl_bsvm's own directory, when it serves the library's programs
+_repaired_warned = False
 
 
 def enable_compilation_cache() -> Path | None:
-    """Point JAX's persistent compilation cache at :func:`compilation_cache_dir` (module doc).
+    """Make the persistent compilation cache available to the library's programs (module doc).
 
-    Leaves JAX alone when the user configured a cache directory, when ``PPL_BSVM_CACHE_DIR`` is
-    ``off``, or when the directory cannot be created; returns the directory in use, if any.
-    Idempotent.
+    Returns the directory the library's programs are cached in: the one the user configured
+    in JAX (``jax_compilation_cache_dir``), used as it is, or ppl_bsvm's own
+    (:func:`compilation_cache_dir`), which serves only the blocks of :func:`library_cache`, so
+    that JAX's global options stay as the user left them and the user's own programs never
+    land in it. ``None`` when the cache is off (``PPL_BSVM_CACHE_DIR=off``, JAX's cache
+    disabled, a directory that cannot be created). Idempotent.
     """
-    global _cache_enabled
+    global _cache_enabled, _cache_root
     configured = jax.config.jax_compilation_cache_dir
-    if _cache_enabled or configured:
-        return Path(configured) if configured else None
+    if configured:
+        return Path(configured)
+    if _cache_enabled:
+        return _cache_root
     path = compilation_cache_dir()
     if path is None or not jax.config.jax_enable_compilation_cache:
         return None
@@ -392,21 +407,102 @@ def enable_compilation_cache() -> Path | None:
         import filelock  # noqa: F401  (JAX's LRU eviction locks the directory with it)
     except ImportError:  # pragma: no cover - a declared dependency
         return None
-    jax.config.update("jax_compilation_cache_dir", str(path))
+    if not _install_cache_hooks():
+        return None
     # JAX's bound (jax_compilation_cache_max_size) stays as the user left it: at its default,
     # -1, JAX writes without scanning the directory, and ppl_bsvm bounds it (module doc).
     if jax.config.jax_compilation_cache_max_size == -1 and _prune_due(path):
         atexit.register(prune_compilation_cache, path)
-    if jax.config.jax_persistent_cache_min_compile_time_secs == 1.0:  # JAX's default
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
-    # JAX decides once per process whether the cache is used, at its first compilation: if
-    # that happened before ppl_bsvm was imported, make it decide again.
-    from jax._src import compilation_cache as _cc
-
-    if getattr(_cc, "_cache_checked", False) and not getattr(_cc, "_cache_used", False):
-        _cc.reset_cache()
+    _cache_root = path
     _cache_enabled = True
     return path
+
+
+@contextlib.contextmanager
+def library_cache():
+    """The block's compilations use ppl_bsvm's cache directory (thread-local settings, as
+    float64 is): JAX's ``jax_compilation_cache_dir`` points at it, and programs are written
+    whatever their compile time (:data:`CACHE_MIN_COMPILE_SECONDS`, unless the user changed
+    JAX's default). Nothing changes where the user configured a cache of their own."""
+    root = _cache_root
+    if root is None or jax.config.jax_compilation_cache_dir:
+        yield
+        return
+    from jax._src import config as jax_config
+
+    min_seconds = jax.config.jax_persistent_cache_min_compile_time_secs
+    if min_seconds == 1.0:  # JAX's default
+        min_seconds = CACHE_MIN_COMPILE_SECONDS
+    with (jax_config.compilation_cache_dir(str(root)),
+          jax_config.persistent_cache_min_compile_time_secs(min_seconds)):
+        yield
+
+
+def _in_library_block() -> bool:
+    from jax._src import config as jax_config
+
+    return jax_config.compilation_cache_dir.value == str(_cache_root)
+
+
+def _serves_library(cache) -> bool:
+    """Whether JAX's cache object is bound to ppl_bsvm's own directory."""
+    path = getattr(cache, "path", None)
+    return _cache_root is not None and path is not None and str(path) == str(_cache_root)
+
+
+def _install_cache_hooks() -> bool:
+    """Wrap JAX's reads and writes of cached programs (once per process): with ppl_bsvm's
+    directory behind JAX's cache, compilations outside the library's blocks neither read nor
+    write it; and an entry that cannot be read (cut short by a full disk, corrupted) is
+    removed, so that the program is compiled and stored again. JAX itself warns about such an
+    entry at every compilation of every later process and never replaces it (its cache skips
+    a key whose file exists). False when this JAX has no such functions."""
+    from jax._src import compilation_cache as cc
+
+    get, put = (getattr(cc, name, None) for name in
+                ("get_executable_and_time", "put_executable_and_time"))
+    if get is None or put is None or not callable(getattr(cc, "_get_cache", None)):
+        return False
+    if getattr(get, "_ppl_bsvm", False):
+        return True
+
+    @functools.wraps(get)
+    def get_executable_and_time(cache_key, compile_options, backend, *args, **kwargs):
+        cache = cc._get_cache(backend)
+        if not _serves_library(cache):
+            return get(cache_key, compile_options, backend, *args, **kwargs)
+        if not _in_library_block():
+            return None, None
+        try:
+            return get(cache_key, compile_options, backend, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - any unreadable entry is recompiled
+            _remove_entry(_cache_root, cache_key, error)
+            return None, None
+
+    @functools.wraps(put)
+    def put_executable_and_time(cache_key, module_name, executable, backend, *args, **kwargs):
+        if _serves_library(cc._get_cache(backend)) and not _in_library_block():
+            return None
+        return put(cache_key, module_name, executable, backend, *args, **kwargs)
+
+    get_executable_and_time._ppl_bsvm = True
+    cc.get_executable_and_time = get_executable_and_time
+    cc.put_executable_and_time = put_executable_and_time
+    return True
+
+
+def _remove_entry(root: Path, cache_key: str, error: Exception) -> None:
+    """Remove an unreadable cache entry; warn once per process."""
+    global _repaired_warned
+    for suffix in ("-cache", "-atime"):
+        with contextlib.suppress(OSError):
+            (root / f"{cache_key}{suffix}").unlink()
+    if not _repaired_warned:
+        _repaired_warned = True
+        warnings.warn(f"ppl_bsvm removed an unreadable entry of its compilation cache in "
+                      f"{str(root)!r} ({type(error).__name__}: {str(error)[:200]}; a disk that "
+                      "filled up cuts entries short); its programs are compiled and stored "
+                      "again", UserWarning, stacklevel=2)
 
 
 _PRUNE_STAMP = ".ppl_bsvm-pruned"

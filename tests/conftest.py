@@ -16,6 +16,17 @@ os.environ.setdefault(
 # set before anything imports JAX
 from tests import _xla  # noqa: E402,F401
 
+# The test process is a user who configured JAX's cache in that same directory: the tests that
+# call the library's internals (outside its entry points, which alone use ppl_bsvm's own cache
+# directory: ppl_bsvm._runtime.library_cache) share their programs across the workers too.
+# Subprocesses do not inherit this; tests/test_runtime.py checks the library's own set-up there.
+import jax  # noqa: E402
+
+_cache = os.environ["PPL_BSVM_CACHE_DIR"]
+if _cache.strip().lower() not in ("", "0", "off", "false", "no", "none"):
+    jax.config.update("jax_compilation_cache_dir", os.path.abspath(_cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

@@ -76,37 +76,101 @@ def _python(code: str, **env) -> str:
 
 
 _CACHE_PROBE = """
-import json, jax
+import json, os, jax
 {before}
 import ppl_bsvm
-ppl_bsvm.fit  # the first use turns the cache on (import ppl_bsvm loads no JAX)
-print(json.dumps([jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size]))
+ppl_bsvm.fit  # the first use makes the cache available (import ppl_bsvm loads no JAX)
+from ppl_bsvm import _runtime
+root = _runtime.enable_compilation_cache()
+print(json.dumps([None if root is None else str(root), jax.config.jax_compilation_cache_dir,
+                  jax.config.jax_compilation_cache_max_size]))
 """
 
 
 def test_compilation_cache_directory_settings(tmp_path):
     path = str(tmp_path / "cache")
-    where, size = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=path)
+    root, global_dir, size = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=path)
+    # ppl_bsvm's directory serves its own programs without becoming JAX's global setting;
     # JAX's own bound stays off (it scans the directory at every write); ppl_bsvm prunes at
     # the process's exit instead, and stamps the directory
-    assert where == path and size == -1 and os.path.isdir(path)
+    assert root == path and global_dir is None and size == -1 and os.path.isdir(path)
     assert os.path.exists(os.path.join(path, ".ppl_bsvm-pruned"))
     bound = "jax.config.update('jax_compilation_cache_max_size', 12345)"  # the user's, kept
-    assert _python(_CACHE_PROBE.format(before=bound), PPL_BSVM_CACHE_DIR=path)[1] == 12345
+    assert _python(_CACHE_PROBE.format(before=bound), PPL_BSVM_CACHE_DIR=path)[2] == 12345
     assert _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="off")[0] is None
-    mine = str(tmp_path / "mine")  # a directory the user configured in JAX is left alone
+    mine = str(tmp_path / "mine")  # a directory the user configured in JAX is used as it is
     before = f"jax.config.update('jax_compilation_cache_dir', {mine!r})"
-    assert _python(_CACHE_PROBE.format(before=before), PPL_BSVM_CACHE_DIR=path)[0] == mine
+    assert _python(_CACHE_PROBE.format(before=before), PPL_BSVM_CACHE_DIR=path)[:2] == [mine,
+                                                                                        mine]
     home = str(tmp_path / "home")
-    where, _ = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="",
-                       XDG_CACHE_HOME=home)
-    assert where is None  # an empty value turns it off too
+    root, _, _ = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="",
+                         XDG_CACHE_HOME=home)
+    assert root is None  # an empty value turns it off too
     env = {k: v for k, v in os.environ.items() if k != "PPL_BSVM_CACHE_DIR"}
     out = subprocess.run([sys.executable, "-c", _CACHE_PROBE.format(before="")],
                          env={**env, "XDG_CACHE_HOME": home}, capture_output=True, text=True,
                          timeout=600)
     assert json.loads(out.stdout.strip().splitlines()[-1])[0] == os.path.join(home, "ppl_bsvm",
                                                                               "jax")
+
+
+_SCOPE_PROBE = """
+import json, os, warnings, jax, jax.numpy as jnp, numpy as np
+{before}
+options = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+           "jax_compilation_cache_max_size", "jax_enable_compilation_cache")
+before = [getattr(jax.config, name) for name in options]
+import ppl_bsvm
+X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+compiled = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kw: compiled.append(1)
+    if event == "/jax/compilation_cache/compile_time_saved_sec" else None)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    fit = ppl_bsvm.fit(X[:40], y[:40], model="gp", method="vi", seed=0)
+    p = fit.predict_proba(X[40:45])
+after = [getattr(jax.config, name) for name in options]
+library = set(os.listdir(os.environ["PPL_BSVM_CACHE_DIR"]))
+# the user's own program, compiled after the fit: not in ppl_bsvm's directory
+jax.jit(lambda a: jnp.sin(a) * 3.0 + jnp.cos(a) ** 2 - 17.25)(jnp.arange(11.0)).block_until_ready()
+user = set(os.listdir(os.environ["PPL_BSVM_CACHE_DIR"])) - library
+print(json.dumps({{"unchanged": before == after, "library": len(library), "user": sorted(user),
+                  "loaded": len(compiled), "p": p.tolist(),
+                  "warnings": [str(w.message) for w in caught if "cache" in str(w.message)]}}))
+"""
+
+
+def test_the_library_cache_leaves_jax_options_and_the_users_programs_alone(tmp_path):
+    """The first fit changes none of JAX's global options, its programs go to ppl_bsvm's
+    directory, a program the user compiles afterwards does not (even with the user's minimum
+    compile time at 0), and a new process loads the library's programs from it."""
+    cache = str(tmp_path / "cache")
+    user_zero = "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)"
+    first = _python(_SCOPE_PROBE.format(before=user_zero), PPL_BSVM_CACHE_DIR=cache)
+    assert first["unchanged"] and first["library"] > 10 and first["user"] == []
+    assert first["warnings"] == []
+    second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=cache)
+    assert second["unchanged"] and second["user"] == [] and second["p"] == first["p"]
+    assert second["loaded"] > 10  # programs read from the cache
+
+
+def test_an_unreadable_cache_entry_is_removed_once_and_compiled_again(tmp_path):
+    """Entries cut short (a disk that filled up): the next process warns once, removes them and
+    stores them again; the process after it neither warns nor compiles them."""
+    cache = tmp_path / "cache"
+    first = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    entries = sorted(cache.glob("*-cache"))
+    assert len(entries) > 10
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
+    second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    assert len(second["warnings"]) == 1, second["warnings"]
+    assert "ppl_bsvm removed an unreadable entry of its compilation cache" in second["warnings"][0]
+    assert second["p"] == first["p"]
+    third = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    assert third["warnings"] == [] and third["p"] == first["p"]
+    assert third["loaded"] >= len(entries)
 
 
 def test_the_cache_is_pruned_least_recently_used_first_and_at_most_hourly(tmp_path, monkeypatch):

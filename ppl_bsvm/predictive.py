@@ -31,8 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from ._runtime import library_numerics
 from ._serial import data_object
-from ._shapes import padded_call
+from ._shapes import pad_rows, padded_call, padded_size
 
 __all__ = [
     "LINKS",
@@ -83,7 +84,23 @@ def class_probability(mean, var, link: str = DEFAULT_LINK, gamma: float = 1.0):
     check_link(link)
     if isinstance(mean, jax.core.Tracer) or isinstance(var, jax.core.Tracer):
         return _class_probability(mean, var, link, gamma)
-    return padded_call(lambda m, v: _compiled_probability(m, v, link, gamma), mean, var)
+    with library_numerics():  # float64 whatever the session's setting
+        return _probability_of_arrays(mean, var, link, gamma)
+
+
+def _probability_of_arrays(mean, var, link, gamma):
+    def compiled(m, v):
+        return _compiled_probability(m, v, link, gamma)
+
+    mean, var = np.broadcast_arrays(np.asarray(mean, dtype=np.float64),
+                                    np.asarray(var, dtype=np.float64))
+    if mean.ndim != 2:
+        return padded_call(compiled, mean, var)
+    # (draws, n*): the draws' axis padded to its bucket too, so that a fit with another number
+    # of draws compiles nothing
+    rows = mean.shape[0]
+    mean, var = (pad_rows(a, padded_size(rows)) for a in (mean, var))
+    return padded_call(compiled, mean, var)[:rows]
 
 
 @functools.partial(jax.jit, static_argnames=("link",))

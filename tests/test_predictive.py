@@ -78,3 +78,15 @@ def test_a_vanishing_variance_gives_the_link_at_the_mean(var):
     m = np.array([0.3, 2.0, -0.5, 1.0, -1.0])
     np.testing.assert_allclose(class_probability(m, np.full(5, var), "normalized"),
                                normalized_link(m), rtol=0, atol=1e-12)
+
+
+def test_class_probability_is_float64_in_a_float32_session():
+    """Called without x64 (JAX's default), it still computes in float64: it used to return
+    float64 arrays holding float32 results (0.60790437 for 0.6079043853)."""
+    with jax.enable_x64(False):
+        p = class_probability(np.array([0.3, -1.2]), np.array([0.2, 2.0]), "probit")
+        draws = class_probability(np.full((3, 2), 0.3), np.full((3, 2), 0.2), "probit")
+    np.testing.assert_allclose(p, stats.norm.cdf(np.array([0.3, -1.2]) / np.sqrt([1.2, 3.0])),
+                               rtol=1e-14)
+    np.testing.assert_allclose(draws, stats.norm.cdf(0.3 / np.sqrt(1.2)), rtol=1e-14)
+    assert draws.shape == (3, 2)

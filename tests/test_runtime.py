@@ -266,16 +266,28 @@ def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, m
     assert count[0] == 0
 
 
-def test_samplers_reuse_their_program_for_other_chain_lengths():
+@pytest.mark.parametrize("model", ["linear", "gp"])
+def test_samplers_reuse_their_programs_for_other_chain_lengths(model):
+    """Another ``num_samples`` compiles nothing, predictions included: the draws the predictor
+    keeps are padded to a power of two (here 2 x 70 and 2 x 100 draws: 256), and the GP's
+    ``K^{-1} f_s`` solve is done once per bucket."""
     X, y = _problem(40)
+    site = "beta" if model == "linear" else "f"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=30, num_warmup=20,
-                     num_chains=2)
+        ppl_bsvm.fit(X, y, model=model, method="gibbs", num_samples=70, num_warmup=20,
+                     num_chains=2).predict_proba(X[:7])
         with _compilations() as count:
-            fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=70,
+            fit = ppl_bsvm.fit(X, y, model=model, method="gibbs", num_samples=100,
                                num_warmup=20, num_chains=2)
-    assert count[0] == 0 and fit.posterior["beta"].shape == (2, 70, 4)
+            p = fit.predict_proba(X[:7])
+    assert count[0] == 0 and fit.posterior[site].shape[:2] == (2, 100)
+    # the padded draws take no part: the average of the 200 draws' own predictions
+    with jax.enable_x64(True):  # the predictor's internals, outside the library's entry points
+        means, variances = fit.predictor.draws_latent_fn(X[:7])
+    assert means.shape == (200, 7)
+    np.testing.assert_allclose(
+        p, np.mean(ppl_bsvm.predictive.class_probability(means, variances), axis=0), rtol=1e-12)
 
 
 def test_sbsvm_folds_of_nearby_sizes_share_their_programs():

@@ -82,20 +82,31 @@ class Latent:
     chunked : bool, default=True
         False for predictives whose rows are not independent (the Bayesian committee machine
         combines over a query set): ``X*`` is passed whole.
+    draws : int, optional
+        For arrays of posterior draws padded to a bucket size (:func:`draws_padded`): the
+        number of real draws, to which the outputs' first axis is cut.
 
     ``fn`` must be registered with :func:`ppl_bsvm._serial.latent_family`, so that a saved fit
     names it instead of storing code.
     """
 
-    def __init__(self, fn, static, arrays, axis: int = -1, chunked: bool = True):
+    def __init__(self, fn, static, arrays, axis: int = -1, chunked: bool = True,
+                 draws: int | None = None):
         self.fn = fn
         self.static = static
         self.arrays = arrays
         self.axis = axis
         self.chunked = chunked
+        self.draws = draws
 
     def __call__(self, X):
-        X = np.asarray(X, dtype=np.float64)
+        out = self._padded_draws(np.asarray(X, dtype=np.float64))
+        draws = getattr(self, "draws", None)  # absent from fits saved before it existed
+        if draws is None:
+            return out
+        return jax.tree.map(lambda a: np.asarray(a)[:draws], out)
+
+    def _padded_draws(self, X):
         if not getattr(self, "chunked", True):
             return self.fn(self.static, self.arrays, X)
         n = X.shape[0]
@@ -108,6 +119,16 @@ class Latent:
                 lambda a, rows=rows: np.take(np.asarray(a), np.arange(rows), axis=self.axis), out
             ))
         return jax.tree.map(lambda *p: np.concatenate(p, axis=self.axis), *parts)
+
+
+def draws_padded(draws) -> tuple[np.ndarray, int]:
+    """Posterior draws ``(S, ...)`` padded with zero rows to :func:`~ppl_bsvm._shapes.padded_size`
+    of ``S``, and ``S``: the programs that read them (the predictive's, the solve of
+    :func:`~ppl_bsvm.inference.mcmc._common.gp_predictor`) then depend on the bucket, not on
+    ``num_samples`` and ``num_chains``, so another run length compiles nothing. Pass ``S`` as
+    :class:`Latent`'s ``draws``."""
+    draws = np.asarray(draws)
+    return pad_rows(draws, padded_size(draws.shape[0])), draws.shape[0]
 
 
 class GPNoisy(NamedTuple):

@@ -20,7 +20,7 @@ from ..._idata import make_idata
 from ...data import Problem
 from ...predictive import MixturePredictor
 from .._common import GPSetup
-from ..latent import GPDraws, Latent, gp_draws, linear_draws
+from ..latent import GPDraws, Latent, draws_padded, gp_draws, linear_draws
 from .driver import Draws, sample_chains
 
 __all__ = [
@@ -384,9 +384,9 @@ def all_draws(options):
 
 def linear_predictor(beta_draws, intercept: bool, config: Sampler, gamma: float):
     """``f* = x*^T beta_s`` for each kept draw ``s`` (no variance given the draw)."""
-    betas = np.asarray(thin_draws(beta_draws, config.max_predictive_draws))
-    return MixturePredictor(Latent(linear_draws, bool(intercept), betas), link=config.link,
-                            gamma=gamma)
+    betas, draws = draws_padded(thin_draws(beta_draws, config.max_predictive_draws))
+    return MixturePredictor(Latent(linear_draws, bool(intercept), betas, draws=draws),
+                            link=config.link, gamma=gamma)
 
 
 def gp_predictor(kernel, setup: GPSetup, f_draws, config: Sampler, gamma: float):
@@ -395,10 +395,11 @@ def gp_predictor(kernel, setup: GPSetup, f_draws, config: Sampler, gamma: float)
     ``K`` is the sampler's (jitter included); ``K^{-1} f_s`` is solved once at fit time.
     """
     chol = jnp.linalg.cholesky(setup.K)
-    F = jnp.asarray(thin_draws(f_draws, config.max_predictive_draws))  # (S, n)
-    A = cho_solve((chol, True), F.T)  # (n, S)
+    F, draws = draws_padded(thin_draws(f_draws, config.max_predictive_draws))  # (S_pad, n)
+    A = cho_solve((chol, True), jnp.asarray(F.T))  # (n, S_pad)
     arrays = GPDraws(setup.X, setup.params, chol, A)
-    return MixturePredictor(Latent(gp_draws, kernel, arrays), link=config.link, gamma=gamma)
+    return MixturePredictor(Latent(gp_draws, kernel, arrays, draws=draws), link=config.link,
+                            gamma=gamma)
 
 
 def mcmc_approximation(

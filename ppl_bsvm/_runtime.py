@@ -327,10 +327,14 @@ def library_numerics():
     context managers are thread-local): implicit rank promotion and standard dtype promotion,
     which the library's code is written for, and no NaN or inf checks, since its programs
     produce NaN on purpose where a ``where`` discards it (non-finite results reach the user
-    as errors naming what went wrong, not as NaN)."""
+    as errors naming what went wrong, not as NaN). The random keys made from seeds are JAX's
+    default threefry keys whatever ``jax_default_prng_impl`` and
+    ``jax_threefry_partitionable`` say, so that a seed gives the same draws in every session
+    and a checkpoint resumes in a session with other settings."""
     with (jax.enable_x64(True), jax.numpy_rank_promotion("allow"),
           jax.numpy_dtype_promotion("standard"), jax.debug_nans(False),
-          jax.debug_infs(False)):
+          jax.debug_infs(False), jax.default_prng_impl("threefry2x32"),
+          jax.threefry_partitionable(True)):
         yield
 
 

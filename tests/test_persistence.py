@@ -627,3 +627,22 @@ def test_a_checkpoint_that_cannot_be_written_warns_and_the_run_goes_on(small, tm
                         "checkpoint written"]
     assert calls == [20, 40] and fit.idata.posterior.sizes["draw"] == 40
     assert ppl_bsvm.load(path).checkpoint.n_iter == 20
+
+
+def test_other_prng_settings_give_the_same_draws_and_resume_a_checkpoint(small, tmp_path):
+    """A session with another ``jax_default_prng_impl`` (rbg keys are (4,), threefry's (2,):
+    resuming raised a TypeError about key shapes) or ``jax_threefry_partitionable=False``
+    gets the same draws from a seed and resumes a checkpoint made without them."""
+    X, y, Xt = small
+    options = {"num_samples": 40, "num_warmup": 20, "num_chains": 2}
+    path = tmp_path / "ckpt"
+    plain = _fit(small, "linear", "gibbs", options, checkpoint=path, checkpoint_every=20)
+    with jax.default_prng_impl("rbg"), jax.threefry_partitionable(False):
+        other = _fit(small, "linear", "gibbs", options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            longer = ppl_bsvm.resume(ppl_bsvm.load(path), X, y, num_samples=60)
+    assert plain.idata.equals(other.idata)
+    assert longer.posterior["beta"].shape[:2] == (2, 60)
+    np.testing.assert_array_equal(longer.posterior["beta"].values[:, :40],
+                                  plain.posterior["beta"].values)

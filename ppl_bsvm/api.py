@@ -35,7 +35,7 @@ from .engine import Approximation, Options
 from .data import Problem, check_X_y
 from .exceptions import warn_max_iter
 from .kernels import get_kernel
-from .result import BREAKDOWN_HINT, Fit, load
+from .result import Fit, breakdown_hint, load
 
 __all__ = ["MODELS", "fit", "resume", "register", "list_methods", "describe", "get_engine"]
 
@@ -637,7 +637,7 @@ def _check_finite(idata, engine: Engine) -> None:
                 raise FloatingPointError(
                     f"method={engine.method!r} (model={engine.model!r}) produced {bad} "
                     f"non-finite value(s) of {values.size} in {group}.{name}: the arithmetic "
-                    f"broke down. {BREAKDOWN_HINT}"
+                    f"broke down. {breakdown_hint(engine.model)}"
                 )
 
 

@@ -88,9 +88,18 @@ def _sq_dist(X1, X2):
     if X2.shape[0]:
         shift = jax.lax.stop_gradient(X2[0])
         X1, X2 = X1 - shift, X2 - shift
+    # Divided by a power of two near the largest coordinate, exactly, so that no square
+    # overflows: inputs of 1e148 over a lengthscale of 1e-8 squared to inf, and inf - inf made
+    # the distance NaN; now it is the true distance times the power's square (inf only where
+    # the distance itself overflows, and then k = 0, as it should be).
+    top = jax.lax.stop_gradient(jnp.maximum(jnp.max(jnp.abs(X1), initial=0.0),
+                                            jnp.max(jnp.abs(X2), initial=0.0)))
+    unit = jnp.ldexp(jnp.ones_like(top), jnp.frexp(top)[1])  # 2^e >= top (1 for top = 0)
+    X1, X2 = X1 / unit, X2 / unit
     s1 = jnp.sum(X1**2, axis=-1)
     s2 = jnp.sum(X2**2, axis=-1)
     d2 = jnp.maximum(s1[:, None] + s2[None, :] - 2.0 * X1 @ X2.T, 0.0)
+    d2 = jnp.where(d2 > 0, d2 * unit**2, 0.0)
     if same:
         d2 = jnp.where(jnp.eye(d2.shape[0], dtype=bool), 0.0, d2)
     return d2

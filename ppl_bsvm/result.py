@@ -64,6 +64,17 @@ BREAKDOWN_HINT = (
     "the inputs"
 )
 """What a non-finite result of a fit or a prediction says to do (``api``, :class:`Fit`)."""
+LINEAR_BREAKDOWN_HINT = (
+    "For the linear model the usual cause is the data scale: inputs of large magnitude (or "
+    "many identical rows far from 0) make its precision Z^T W Z + I / prior_scale^2 singular "
+    "to float64: standardise the inputs"
+)
+"""The same for the linear model, which has no kernel matrix."""
+
+
+def breakdown_hint(model: str) -> str:
+    """:data:`BREAKDOWN_HINT`, or :data:`LINEAR_BREAKDOWN_HINT` for the linear model."""
+    return LINEAR_BREAKDOWN_HINT if model == "linear" else BREAKDOWN_HINT
 _UNSAVED_OK = ("options", "state")
 """Fields whose values that are not data are saved as placeholders instead of refused."""
 _NETCDF_ENGINE = "h5netcdf"
@@ -254,7 +265,7 @@ class Fit:
             raise FloatingPointError(
                 f"the {what} of method={self.method!r} (model={self.model!r}) are not finite "
                 f"at {int(np.sum(~np.isfinite(values)))} of {values.size} points: its "
-                f"arithmetic broke down. {BREAKDOWN_HINT}"
+                f"arithmetic broke down. {breakdown_hint(self.model)}"
             )
         return values
 

@@ -189,3 +189,22 @@ def test_a_tiny_lengthscale_makes_distinct_points_independent(X):
     for ell in (1e-6, 1e-8, 1e-9):
         k = kernels.RBF(lengthscale=ell)
         np.testing.assert_array_equal(k.K(k.init_params(X), X, X), np.eye(len(X)))
+
+
+def test_distances_far_beyond_the_lengthscale_are_infinite_not_nan():
+    """Inputs of 1e148 over a lengthscale of 1e-8 are 1e156 lengthscales apart: their squares
+    overflowed and ``inf - inf`` made the distance NaN (found by the property test: a fit's
+    prediction was NaN). The distances are computed on inputs divided exactly by a power of
+    two: the same bits as before where nothing overflows, inf (k = 0) where the distance does."""
+    with jax.enable_x64(True):
+        X = jnp.zeros((3, 2)).at[0, 0].set(1e-9)
+        T = jnp.asarray(np.random.default_rng(0).standard_normal((2, 2)) * 1e149)
+        k = kernels.RBF(lengthscale=1.4e-8)
+        Kxt = np.asarray(k.K(k.init_params(X), X, T))
+        assert np.all(Kxt == 0.0)
+        Ktt = np.asarray(k.K(k.init_params(X), T, T))
+        np.testing.assert_array_equal(Ktt, np.eye(2))
+        A = jnp.asarray(np.random.default_rng(1).standard_normal((6, 3)))
+        d2 = np.asarray(kernels._sq_dist(A, A[:4] * 3.0))
+        exact = ((np.asarray(A)[:, None] - 3.0 * np.asarray(A)[None, :4]) ** 2).sum(-1)
+        np.testing.assert_allclose(d2, exact, rtol=1e-13)

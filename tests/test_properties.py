@@ -72,10 +72,15 @@ EXAMPLES = int(os.environ.get("PPL_BSVM_HYPOTHESIS_EXAMPLES", "6"))
 
 NUMERIC = ["float64", "float32", "float16", "int64", "int8", "uint8", "bool"]
 SCALES = [0.0, 1e-300, 1e-8, 1.0, 1e8, 1e149]  # normal draws x 1e149 stay below 1e150
-X_FAULTS = ["1-D", "3-D", "empty", "nan", "inf", "complex128", "object", "str", "1e200"]
+X_FAULTS = ["1-D", "3-D", "empty", "nan", "inf", "complex128", "object", "str", "1e200",
+            "sparse", "pandas NA"]
+OFFSETS = [0.0, 0.0, 0.0, 1e3, 1e8]
+"""Shifts of valid float inputs (a Unix time is 1.7e9): stationary kernels see differences."""
+FORMS = ["array"] * 6 + ["Float64 frame", "Int64 frame"]
+"""Containers of valid training inputs: arrays, and pandas' nullable dtypes."""
 LABELS = {
     "0/1": (0, 1), "-1/+1": (-1, 1), "floats": (0.5, 2.5), "bools": (False, True),
-    "strings": ("no", "yes"),
+    "strings": ("no", "yes"), "nullable Int64": (0, 1),
 }
 Y_FAULTS = ["mixed types", "mixed list", "one class", "three classes", "nan", "none", "2-D",
             "length"]
@@ -84,8 +89,9 @@ Y_FAULTS = ["mixed types", "mixed list", "one class", "three classes", "nan", "n
 @st.composite
 def inputs(draw, rows: int, cols: int, test: bool = False):
     """An input array and the fault it has, if any: ``(array, fault)``. About half are valid
-    (any numeric dtype, any scale up to 1e150, 0 included); test inputs may also have the
-    wrong number of features."""
+    (any numeric dtype, any scale up to 1e150, 0 included, float inputs shifted by up to 1e8,
+    training inputs also as pandas frames of nullable Float64 / Int64 columns); faults include
+    sparse matrices and pd.NA; test inputs may also have the wrong number of features."""
     fault = draw(st.sampled_from([None] * 8 + X_FAULTS + (["cols"] if test else [])))
     dtype = draw(st.sampled_from(NUMERIC))
     scale = draw(st.sampled_from(SCALES))
@@ -93,6 +99,25 @@ def inputs(draw, rows: int, cols: int, test: bool = False):
     dims = {"1-D": (rows,), "3-D": (rows, cols, 1), "empty": (0, cols),
             "cols": (rows, cols + 1)}.get(fault, (rows, cols))
     values = rng.standard_normal(dims) * (1e200 if fault == "1e200" else scale)
+    if fault == "sparse":
+        import scipy.sparse
+
+        return scipy.sparse.csr_matrix(values), fault
+    if fault == "pandas NA":
+        import pandas as pd
+
+        frame = pd.DataFrame(values).astype("Float64")
+        frame.iloc[rng.integers(rows), rng.integers(cols)] = pd.NA
+        return frame, fault
+    form = "array" if test else draw(st.sampled_from(FORMS))
+    if fault is None and form != "array":
+        import pandas as pd
+
+        if form == "Int64 frame":
+            return pd.DataFrame(np.round(values * 10).astype(np.int64)).astype("Int64"), None
+        return pd.DataFrame(values).astype("Float64"), None
+    if fault is None and dtype.startswith("float"):
+        values = values + draw(st.sampled_from(OFFSETS))
     if fault in ("complex128", "object", "str"):
         arr = values.astype(fault)
         if fault == "object":
@@ -135,6 +160,10 @@ def labels(draw, n: int):
         y = y[:-1]
     elif kind == "mixed list":  # NumPy would make ["0", "a"] of [0, "a"]
         y = [(0, "a")[s] for s in signs]
+    elif kind == "nullable Int64":
+        import pandas as pd
+
+        y = pd.Series(y, dtype="Int64")
     return y, fault
 
 

@@ -139,7 +139,11 @@ def psis(log_ratios, draws) -> PSIS | None:
         log_w, khat = np.full(log_ratios.size, -np.log(log_ratios.size)), 0.0
     else:
         # psislw takes LOO's log-likelihoods, whose negatives are the log ratios
-        log_w, khat = array_stats.psislw(np.max(log_ratios) - log_ratios)
+        try:
+            log_w, khat = array_stats.psislw(np.max(log_ratios) - log_ratios)
+        except ValueError:  # "All tail values are the same": a flat tail, the lightest there
+            # is (k <= 0): the raw ratios need no smoothing (inputs of 1e148 tie them)
+            log_w, khat = log_ratios - np.max(log_ratios), 0.0
     log_w = np.asarray(log_w, dtype=np.float64)
     khat = float(khat)
     w = np.exp(log_w - np.max(log_w))

@@ -28,6 +28,19 @@ def test_q_equal_to_the_target_gives_uniform_weights():
     np.testing.assert_allclose(out.sd, x.std(0), rtol=1e-10)
 
 
+def test_a_flat_tail_of_tied_ratios_gives_the_raw_weights():
+    """The largest ratios tied (inputs of 1e148 made them so): ArviZ's tail fit raises "All
+    tail values are the same"; such a tail is the lightest there is, so the raw ratios are
+    the weights, with k-hat 0."""
+    rng = np.random.default_rng(0)
+    ratios = np.concatenate([np.zeros(150), -rng.uniform(1.0, 5.0, 50)])
+    draws = rng.standard_normal((200, 2))
+    result = P.psis(ratios, draws)
+    w = np.exp(ratios - logsumexp(ratios))
+    assert result.khat == 0.0
+    np.testing.assert_allclose(result.mean, w @ draws, rtol=1e-12)
+
+
 def test_q_slightly_wide_is_trusted_and_corrected():
     x, r = _gaussian_case(1.2)
     out = P.psis(r, x)

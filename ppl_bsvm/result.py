@@ -75,6 +75,8 @@ LINEAR_BREAKDOWN_HINT = (
 def breakdown_hint(model: str) -> str:
     """:data:`BREAKDOWN_HINT`, or :data:`LINEAR_BREAKDOWN_HINT` for the linear model."""
     return LINEAR_BREAKDOWN_HINT if model == "linear" else BREAKDOWN_HINT
+
+
 _UNSAVED_OK = ("options", "state")
 """Fields whose values that are not data are saved as placeholders instead of refused."""
 _NETCDF_ENGINE = "h5netcdf"

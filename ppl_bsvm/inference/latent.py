@@ -100,13 +100,13 @@ class Latent:
         self.draws = draws
 
     def __call__(self, X):
-        out = self._padded_draws(np.asarray(X, dtype=np.float64))
+        out = self._evaluate(np.asarray(X, dtype=np.float64))
         draws = getattr(self, "draws", None)  # absent from fits saved before it existed
         if draws is None:
             return out
         return jax.tree.map(lambda a: np.asarray(a)[:draws], out)
 
-    def _padded_draws(self, X):
+    def _evaluate(self, X):
         if not getattr(self, "chunked", True):
             return self.fn(self.static, self.arrays, X)
         n = X.shape[0]

@@ -141,8 +141,9 @@ def psis(log_ratios, draws) -> PSIS | None:
         # psislw takes LOO's log-likelihoods, whose negatives are the log ratios
         try:
             log_w, khat = array_stats.psislw(np.max(log_ratios) - log_ratios)
-        except ValueError:  # "All tail values are the same": a flat tail, the lightest there
-            # is (k <= 0): the raw ratios need no smoothing (inputs of 1e148 tie them)
+        except ValueError:
+            # "All tail values are the same" (inputs of 1e148 tie the largest ratios): a flat
+            # tail is the lightest there is (k <= 0), and the raw ratios need no smoothing
             log_w, khat = log_ratios - np.max(log_ratios), 0.0
     log_w = np.asarray(log_w, dtype=np.float64)
     khat = float(khat)

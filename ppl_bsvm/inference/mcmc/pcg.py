@@ -53,6 +53,7 @@ of each other there (larger ranks take fewer iterations, each dearer to set up).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -129,16 +130,29 @@ def pcg_rank(eigenvalues, gamma: float = 1.0) -> int:
 
 def preconditioner(K, gamma: float = 1.0, rank: int | None = None) -> Preconditioner | None:
     """The :class:`Preconditioner` of ``K`` (concrete, ``(n, n)``), or None when
-    :func:`pcg_rank` prefers the Cholesky factor. One eigendecomposition of ``K``. ``rank``
-    overrides the rule (the tests' way to put a small problem on this path)."""
-    K = np.asarray(K, dtype=float)
-    d, U = np.linalg.eigh(K)
+    :func:`pcg_rank` prefers the Cholesky factor. One eigendecomposition of ``K``, by JAX on
+    the device that holds the data (on a GPU the host's LAPACK would be the sampler's slowest
+    step; on the CPU it is the same LAPACK); only the eigenvalues come back to choose the
+    rank. ``rank`` overrides the rule (the tests' way to put a small problem on this path)."""
+    K = jnp.asarray(K, dtype=jnp.float64)
+    d_dev, U = _eigh(K)
+    d = np.asarray(d_dev)
     r = pcg_rank(d, gamma) if rank is None else int(rank)
     if r == 0:
         return None
     c = _tail_floor(d)
-    W = U[:, -r:] * np.sqrt(np.maximum(d[-r:] - c, 0.0))
-    return Preconditioner(jnp.asarray(W), jnp.asarray(c), jnp.asarray(d[-1]))
+    return Preconditioner(_scaled_top(U, d_dev, r, c), jnp.asarray(c), jnp.asarray(d[-1]))
+
+
+@jax.jit
+def _eigh(K):
+    return jnp.linalg.eigh(K, symmetrize_input=False)
+
+
+@partial(jax.jit, static_argnums=2)
+def _scaled_top(U, d, r: int, c):
+    """``W = U_r diag(d_r - c)^{1/2}`` over the top ``r`` eigenpairs."""
+    return U[:, -r:] * jnp.sqrt(jnp.maximum(d[-r:] - c, 0.0))
 
 
 class Solve(NamedTuple):

@@ -329,8 +329,9 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         Exact moves along ``k`` learned directions of the marginal posterior of ``f`` in every
         sweep (``BSVMGibbs``); ``None`` is 10 (or ``n`` if smaller), 0 turns them off. On the
         benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.25 to 0.77
-        (0.13 to 0.51 with ``overrelax=0``). Learning them keeps an ``n x n`` covariance
-        per chain in the sampler's state (``8 n^2`` bytes).
+        (0.13 to 0.51 with ``overrelax=0``). Learning them keeps, per chain, an ``n x n``
+        covariance up to n = 512 and beyond it the warmup window's last 512 draws of ``f``
+        (``8 x 512 n`` bytes; ``sweep.WINDOW_DRAWS``), whose SVD gives the same directions.
     num_samples, num_warmup, num_chains, chain_method, thinning, store_lam,
     max_predictive_draws, link, resume
         As for the linear model.

@@ -64,8 +64,14 @@ class LineMoves(NamedTuple):
     count : () float
         Draws in the current warmup window.
     mean : (d,)
-    m2 : (d, d)
-        Welford's running mean and sum of squared deviations of the window's draws.
+        Welford's running mean of the window's draws.
+    m2 : (d, d) or (WINDOW_DRAWS, d)
+        Up to :data:`WINDOW_DRAWS` dimensions (or for as many directions), Welford's sum of
+        squared deviations of the window's draws; beyond, the window's last
+        :data:`WINDOW_DRAWS` draws themselves (a ring), whose singular value decomposition gives the principal directions in
+        ``O(d w^2)`` time and ``w d`` memory, where the ``d x d`` matrix costs ``d^2`` memory per
+        chain and an ``O(d^3)`` eigendecomposition (at d = 5,000, 4 chains: 191 MiB per chain
+        and 69 s per window on one core, against 20 MiB and 2.2 s with 512 kept draws).
     """
 
     V: jnp.ndarray
@@ -77,6 +83,18 @@ class LineMoves(NamedTuple):
     count: jnp.ndarray
     mean: jnp.ndarray
     m2: jnp.ndarray
+
+
+WINDOW_DRAWS = 512
+"""Dimension beyond which a window keeps its last draws rather than their ``d x d`` sum of
+squared deviations (:attr:`LineMoves.m2`); the default warmup's windows (250 and 500 draws)
+are kept whole, so their directions are those of the ``d x d`` form."""
+
+
+def _keeps_draws(k: int, d: int) -> bool:
+    """Whether ``k`` directions in ``d`` dimensions are learned from kept draws (more than
+    :data:`WINDOW_DRAWS` dimensions, fewer directions than kept draws can span)."""
+    return d > WINDOW_DRAWS and k < WINDOW_DRAWS
 
 
 def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
@@ -94,8 +112,9 @@ def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
         center = U @ mean
     # rho = 1 to start with (forgotten within tens of sweeps), the default spacing
     place = jnp.broadcast_to(jnp.asarray([1.0, 1.0, _SPACING], V.dtype), (k, 3))
+    window = (WINDOW_DRAWS, d) if _keeps_draws(k, d) else (d, d)
     return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), jnp.sum(V * Pv, axis=1), center, place,
-                     jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype), jnp.zeros((d, d), V.dtype))
+                     jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype), jnp.zeros(window, V.dtype))
 
 
 def line_moves_init(data, directions) -> LineMoves:
@@ -153,11 +172,41 @@ def _line_moves(key, value, margins, moves: LineMoves, gamma):
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
-    """Welford's update of the window's mean and squared deviations with one draw."""
+    """Welford's update of the window's mean and squared deviations with one draw (or, beyond
+    :data:`WINDOW_DRAWS` dimensions, the draw written into the ring of the last ones)."""
     count = moves.count + 1.0
     delta = value - moves.mean
     mean = moves.mean + delta / count
+    if _keeps_draws(*moves.V.shape):
+        slot = jnp.mod(count - 1.0, WINDOW_DRAWS).astype(jnp.int32)
+        return moves._replace(count=count, mean=mean, m2=moves.m2.at[slot].set(value))
     return moves._replace(count=count, mean=mean, m2=moves.m2 + jnp.outer(delta, value - mean))
+
+
+def _principal_axes(moves: LineMoves, k: int):
+    """The window's covariance ``S`` (of its draws, or of its kept draws beyond
+    :data:`WINDOW_DRAWS` dimensions), shrunk towards a multiple of the identity as in Stan's
+    metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I`` (``c`` the draws
+    it is estimated from): its ``k`` largest eigenvalues, in decreasing order, and their
+    eigenvectors ``(d, k)``. The shrinkage moves every eigenvalue by the same amount and keeps
+    the eigenvectors, so for kept draws ``Y`` (centred) they are the top right singular
+    vectors of ``Y``: the same axes as the ``d x d`` eigendecomposition of the same draws."""
+    d = moves.mean.shape[0]
+    if not _keeps_draws(k, d):
+        c = moves.count
+        cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
+        ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
+        cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
+        w, E = jnp.linalg.eigh(cov)
+        return w[d - k:][::-1], E[:, d - k:][:, ::-1]
+    c = jnp.minimum(moves.count, float(WINDOW_DRAWS))
+    valid = (jnp.arange(WINDOW_DRAWS) < c)[:, None]
+    kept = jnp.where(valid, moves.m2, 0.0)
+    centred = jnp.where(valid, kept - jnp.sum(kept, axis=0) / jnp.maximum(c, 1.0), 0.0)
+    _, sv, Vt = jnp.linalg.svd(centred, full_matrices=False)
+    variances = sv**2 / jnp.maximum(c - 1.0, 1.0)
+    ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.sum(variances) / d
+    return (c / (c + 5.0)) * variances[:k] + ridge, Vt[:k].T
 
 
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
@@ -166,15 +215,10 @@ def _learn_directions(moves: LineMoves, data) -> LineMoves:
     covariance is shrunk towards a multiple of the identity as in Stan's metric adaptation,
     ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that a short window cannot give
     a direction of zero width."""
-    k, d = moves.V.shape
-    c = moves.count
-    cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
-    ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
-    cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
-    w, E = jnp.linalg.eigh(cov)
-    sd = jnp.sqrt(jnp.maximum(w[d - k:], jnp.finfo(w.dtype).tiny))
-    V, U = (E[:, d - k:] * sd).T[::-1], (E[:, d - k:] / sd).T[::-1]
-    return _fresh_moves(V, data, U, moves.mean)
+    k = moves.V.shape[0]
+    w, E = _principal_axes(moves, k)
+    sd = jnp.sqrt(jnp.maximum(w, jnp.finfo(w.dtype).tiny))
+    return _fresh_moves((E * sd).T, data, (E / sd).T, moves.mean)
 
 
 class GibbsState(NamedTuple):

@@ -68,10 +68,11 @@ class LineMoves(NamedTuple):
     m2 : (d, d) or (WINDOW_DRAWS, d)
         Up to :data:`WINDOW_DRAWS` dimensions (or for as many directions), Welford's sum of
         squared deviations of the window's draws; beyond, the window's last
-        :data:`WINDOW_DRAWS` draws themselves (a ring), whose singular value decomposition gives the principal directions in
-        ``O(d w^2)`` time and ``w d`` memory, where the ``d x d`` matrix costs ``d^2`` memory per
-        chain and an ``O(d^3)`` eigendecomposition (at d = 5,000, 4 chains: 191 MiB per chain
-        and 69 s per window on one core, against 20 MiB and 2.2 s with 512 kept draws).
+        :data:`WINDOW_DRAWS` draws themselves (a ring), whose singular value decomposition
+        gives the principal directions in ``O(d w^2)`` time and ``w d`` memory, where the
+        ``d x d`` matrix costs ``d^2`` memory per chain and an ``O(d^3)`` eigendecomposition
+        (at d = 5,000, 4 chains: 191 MiB per chain and 69 s per window on one core, against
+        20 MiB and 2.2 s with 512 kept draws).
     """
 
     V: jnp.ndarray

@@ -83,6 +83,12 @@ class _BinaryClassifier(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = False
         return tags
 
+    def _validate_training(self, X, y):
+        """``X`` as float64 and ``y`` (scikit-learn's ``validate_data``), after refusing a list
+        of labels of mixed types, which it would turn into strings (``[0, "a"]``)."""
+        refuse_mixed_label_types(y)
+        return validate_data(self, X, y, dtype=np.float64)
+
     def _binary_targets(self, y, *, need_two: bool):
         """The sorted classes and each label's index in them; ``ValueError`` naming ``y`` for
         targets that are not binary (or, with ``need_two``, of a single class)."""
@@ -130,8 +136,7 @@ class _FitClassifier(_BinaryClassifier):
             Exactly two distinct labels of any type (ints, bools, strings, ...).
         """
         kwargs = self._fit_arguments()
-        refuse_mixed_label_types(y)  # before validate_data turns them all into strings
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = self._validate_training(X, y)
         self.classes_, _ = self._binary_targets(y, need_two=True)
         self.posterior_ = _fit(self._named(X), y, positive=self.classes_[1], **kwargs)
         return self
@@ -691,8 +696,7 @@ class RVMClassifier(_BinaryClassifier, _RVMBase):
     def fit(self, X, y):
         """Fit the sparse Bayesian logistic model; returns ``self``."""
         kernel = self._validate_options()
-        refuse_mixed_label_types(y)
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        X, y = self._validate_training(X, y)
         # one class is fitted (and predicted), as scikit-learn's checks prefer
         self.classes_, index = self._binary_targets(y, need_two=False)
         self._maximise_evidence(rvm_classification, kernel, X, np.where(index == 1, 1.0, -1.0))

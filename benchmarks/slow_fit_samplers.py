@@ -112,7 +112,7 @@ def gibbs_run(name, n, iterations):
     cg = float(np.asarray(result.idata.sample_stats["cg_iters"]).mean())
     with jax.enable_x64(True):  # the engine's K and its rule for the path
         K = kernels.gram(kernels.RBF(), kernels.RBF().init_params(X), X, 1e-6)
-        pre = preconditioner(np.asarray(K))
+        pre = preconditioner(np.asarray(K), jitter=1e-6)
     rank = 0 if pre is None else pre.W.shape[1]
     engine = get_engine("gp", "gibbs")
     refined = engine.flops(n, X.shape[1], {**engine.options().as_dict(), **opts}, rank=rank)

@@ -89,7 +89,7 @@ def test_quick_fits_do_not_warn(model, method, n, d, options):
 @pytest.mark.parametrize("model, method, n, d, options, words", [
     ("gp", "nuts", 1000, 10, {}, r"O\(n\^2\).*method='gibbs'"),
     ("sparse_gp", "nuts", 10_000, 10, {}, r"O\(n m\).*method='svi'"),
-    ("gp", "gibbs", 3000, 2, {}, r"conjugate gradients.*directions=0"),
+    ("gp", "gibbs", 5000, 2, {}, r"conjugate gradients.*directions=0"),
     ("gp", "rvm", 20_000, 2, {}, r"60 iterations.*method='gpc'"),
     ("gp", "rvm", 5000, 2, {"algorithm": "reestimate"}, r"max_iter=5000 iterations"),
 ])
@@ -129,26 +129,34 @@ def test_gibbs_gp_count_and_the_engine_looks_again_once_the_path_is_known(monkey
     """Sweeps of (solve + 10 line moves + 4 n^2), two n^3 eigendecompositions (4.5 n^3 each) per
     chain to learn the directions, and the engine's own factor and eigendecomposition of K.
     Before any work the solve is the cheaper of the Cholesky factor and conjugate gradients
-    at rank 64; the engine then checks again with the path K's spectrum chose."""
-    from ppl_bsvm.inference.mcmc import gibbs
-    from ppl_bsvm.inference.mcmc.pcg import ITER_GUESS
+    at rank 64 and 6 iterations; the engine then checks again with the rank K's spectrum chose
+    and the iterations the rule predicted. Beyond 512 points the directions come from SVDs of
+    512 kept draws (6 n 512^2) and beyond 2048 the spectrum from the range finder (6 n^2 s
+    with s = 576, and two QR factors)."""
+    from ppl_bsvm.inference.mcmc import gibbs, pcg
 
     engine = get_engine("gp", "gibbs")
     options = engine.options().as_dict()
     n = 1000
     chol = n**3 / 3
-    cg = n * 64**2 + 64**3 / 3 + ITER_GUESS * (n**2 + 4 * n * 64)
-    rest = 4 * 2 * 4.5 * n**3 + 4.5 * n**3 + chol
+    cg = n * 64**2 + 64**3 / 3 + 6 * (n**2 + 4 * n * 64)
+    rest = 4 * 2 * 6 * n * 512**2 + 4.5 * n**3 + chol
     sweep = 100.0 * n * 10 + 4 * n**2
     assert engine.flops(n, 2, options) == pytest.approx(8000 * (min(chol, cg) + sweep) + rest)
     assert engine.flops(n, 2, options, rank=0) == pytest.approx(8000 * (chol + sweep) + rest)
     assert engine.flops(n, 2, {**options, "directions": 0}, rank=0) == pytest.approx(
         8000 * (chol + 4 * n**2) + 4.5 * n**3 + chol)
-    calls, ranks = [], []
+    cg20 = n * 128**2 + 128**3 / 3 + 20 * (n**2 + 4 * n * 128)
+    assert engine.flops(n, 2, options, rank=128, iterations=20) == pytest.approx(
+        8000 * (cg20 + sweep) + rest)
+    big, s = 5000, 576
+    assert engine.flops(big, 2, {**options, "directions": 0}, rank=0) == pytest.approx(
+        8000 * (big**3 / 3 + 4 * big**2) + 6 * big**2 * s + 4 * big * s**2 + big**3 / 3)
+    calls, spectra = [], []
     monkeypatch.setattr(gibbs, "check_refined", lambda *args: calls.append(args))
-    chosen = gibbs.preconditioner
-    monkeypatch.setattr(gibbs, "preconditioner", lambda *args: ranks.append(
-        chosen(*args)) or ranks[-1])
+    chosen = pcg.spectrum
+    monkeypatch.setattr(pcg, "spectrum", lambda *args: spectra.append(chosen(*args))
+                        or spectra[-1])
     X, y = toy2d
     ppl_bsvm.fit(X, y, model="gp", method="gibbs", num_warmup=10, num_samples=10,
                  num_chains=1)
@@ -156,8 +164,9 @@ def test_gibbs_gp_count_and_the_engine_looks_again_once_the_path_is_known(monkey
     small = {**options, "num_warmup": 10, "num_samples": 10, "num_chains": 1}
     assert what == "fit(model='gp', method='gibbs') on X of shape (60, 2)"
     assert guessed == pytest.approx(engine.flops(60, 2, small))
-    rank = 0 if ranks[0] is None else ranks[0].W.shape[1]
-    assert refined == pytest.approx(engine.flops(60, 2, small, rank=rank))
+    rank = pcg.chosen_rank(spectra[0])
+    iterations = pcg.spectrum_iterations(spectra[0], rank)
+    assert refined == pytest.approx(engine.flops(60, 2, small, rank=rank, iterations=iterations))
     assert "an estimate" in hint
 
 

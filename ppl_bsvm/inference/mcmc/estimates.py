@@ -81,10 +81,12 @@ from __future__ import annotations
 
 from ..._cost import cholesky, sweeps
 from .gibbs_kernel import GP_DIRECTIONS
-from .pcg import ITER_GUESS
+from . import pcg
+from .sweep import WINDOW_DRAWS, _keeps_draws
 
-__all__ = ["TREE_STEPS", "HYPER_TREE_STEPS", "SPARSE_TREE_STEPS", "SQUARE_OPS", "CUBIC_OPS", "GRAM_OPS",
-           "POINT_OPS", "SWEEP_SQUARE_OPS", "EIGH_OPS", "RANK_GUESS", "EARLY", "EARLY_FACTOR",
+__all__ = ["TREE_STEPS", "HYPER_TREE_STEPS", "SPARSE_TREE_STEPS", "SQUARE_OPS", "CUBIC_OPS",
+           "GRAM_OPS", "POINT_OPS", "SWEEP_SQUARE_OPS", "EIGH_OPS", "SVD_OPS", "RANK_GUESS",
+           "ITER_GUESS", "EARLY", "EARLY_FACTOR",
            "nuts_tree", "nuts_steps",
            "gp_nuts_flops", "sparse_nuts_flops", "gibbs_gp_flops"]
 
@@ -132,9 +134,19 @@ EIGH_OPS = 4.5
 preconditioner): from the GP Gibbs runs at ``n = 1000`` and 2000, where they dominate."""
 
 RANK_GUESS = 64
-"""The preconditioner's rank the GP Gibbs estimate assumes before ``K`` is known (32 and 48 on
-Banana at ``n = 300`` and 1000; a rough kernel or many features give ``r`` near ``n``, and the
-Cholesky path)."""
+"""The preconditioner's rank the GP Gibbs estimate assumes before ``K`` is known (16 to 48 on
+Banana at ``n = 300`` and 1000, 128 to 256 on ``susy`` at ``n = 2000`` to ``10^4``; a rough
+kernel gives the Cholesky path)."""
+
+ITER_GUESS = 6.0
+"""Conjugate-gradient iterations per solve the estimate assumes before ``K`` is known (2 to 4
+on Banana, 13 to 20 on ``susy`` at ``n = 5000`` and ``10^4``); once the rank is chosen, the
+rule's prediction (:func:`~ppl_bsvm.inference.mcmc.pcg.predicted_iterations`)."""
+
+SVD_OPS = 6.0
+"""Operations per ``n w^2`` of a singular value decomposition of the ``w x n`` window of kept
+draws (learned directions beyond :data:`~ppl_bsvm.inference.mcmc.sweep.WINDOW_DRAWS`
+dimensions)."""
 
 
 def _draws(options: dict) -> str:
@@ -237,27 +249,41 @@ def _gp_directions(n: int, options: dict) -> tuple[int, bool]:
     return len(directions), False
 
 
-def _solve(n: int, rank: int) -> float:
-    """A sweep's solve: the Cholesky factor (``rank`` 0) or conjugate gradients (``pcg``)."""
-    if rank <= 0:
-        return cholesky(n)
-    return n * rank**2 + rank**3 / 3.0 + ITER_GUESS * (n**2 + 4.0 * n * rank)
+def _spectrum_flops(n: int) -> float:
+    """The engine's spectrum of ``K`` (``pcg.spectrum``): an eigendecomposition, or beyond
+    ``pcg.EXACT_MAX`` points the range finder's ``6 n^2 s`` and two QR factors."""
+    if n <= pcg.EXACT_MAX:
+        return EIGH_OPS * n**3
+    s = pcg.RANK_MAX + pcg.OVERSAMPLE
+    return 6.0 * n**2 * s + 4.0 * n * s**2
 
 
-def gibbs_gp_flops(n: int, d: int, options: dict, rank: int | None = None) -> float:
+def _learn_flops(n: int, k: int) -> float:
+    """Learning ``k`` directions at the end of one warmup window, per chain: an eigen-
+    decomposition of the ``n x n`` covariance, or beyond ``WINDOW_DRAWS`` dimensions (and for
+    fewer directions) an SVD of the kept draws."""
+    if _keeps_draws(k, n):
+        return SVD_OPS * n * WINDOW_DRAWS**2
+    return EIGH_OPS * n**3
+
+
+def gibbs_gp_flops(n: int, d: int, options: dict, rank: int | None = None,
+                   iterations: float | None = None) -> float:
     """GP Gibbs: sweeps x (solve + line moves + ``n^2`` products), and two eigendecompositions
-    per chain when the directions are learned, plus the engine's own set-up (the factor and
-    the eigendecomposition of ``K``). ``rank``: the preconditioner's (0: the Cholesky path);
-    None before it is known: the cheaper path at :data:`RANK_GUESS` (module doc)."""
+    (or SVDs of the kept draws) per chain when the directions are learned, plus the engine's
+    own set-up (the factor and the spectrum of ``K``). ``rank``: the preconditioner's (0: the
+    Cholesky path) and ``iterations`` its predicted iterations per solve; None before they are
+    known: the cheaper path at :data:`RANK_GUESS` and :data:`ITER_GUESS` (module doc)."""
     from .gibbs import LINE_OPS
 
-    solve = (min(_solve(n, 0), _solve(n, min(RANK_GUESS, n))) if rank is None
-             else _solve(n, rank))
+    iterations = ITER_GUESS if iterations is None else float(iterations)
+    solve = (min(pcg.solve_flops(n, 0, 0.0), pcg.solve_flops(n, min(RANK_GUESS, n), ITER_GUESS))
+             if rank is None else pcg.solve_flops(n, rank, iterations))
     k, learned = _gp_directions(n, options)
     sweep = solve + LINE_OPS * n * k + SWEEP_SQUARE_OPS * n**2
     chains = int(options.get("num_chains", 4))
-    learn = 2 * EIGH_OPS * n**3 if learned and int(options.get("num_warmup", 1000)) >= 8 else 0.0
-    return sweeps(options) * sweep + chains * learn + EIGH_OPS * n**3 + cholesky(n)
+    learn = 2 * _learn_flops(n, k) if learned and int(options.get("num_warmup", 1000)) >= 8 else 0.0
+    return sweeps(options) * sweep + chains * learn + _spectrum_flops(n) + cholesky(n)
 
 
 def _gibbs_gp_hint(n: int, d: int, options: dict) -> str:

@@ -72,7 +72,7 @@ from ._common import (
 )
 from .driver import ChainKernel
 from .estimates import gibbs_gp_flops
-from .pcg import preconditioner
+from . import pcg as _pcg
 from .gibbs_kernel import (
     _SUPPORTED,
     GP_OVERRELAX,
@@ -338,14 +338,17 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     """
     setup = gp_setup(problem, kernel, options.jitter)
     check_positive_definite(setup)  # the sweep factorises K itself (gp_setup accepts a singular K)
-    pcg = preconditioner(setup.K, options.gamma)
+    spec = _pcg.spectrum(setup.K, setup.jitter)
+    rank = _pcg.chosen_rank(spec, options.gamma)
+    pcg = _pcg.from_spectrum(spec, rank)
     # the estimate before any work guessed the solve's path; K's spectrum has now chosen it
     settings = options.as_dict()
     check_refined(fit_name("gp", "gibbs", problem.n, problem.d),
                   gibbs_gp_flops(problem.n, problem.d, settings),
-                  gibbs_gp_flops(problem.n, problem.d, settings,
-                                 rank=0 if pcg is None else pcg.W.shape[1]),
+                  gibbs_gp_flops(problem.n, problem.d, settings, rank=rank,
+                                 iterations=_pcg.spectrum_iterations(spec, rank, options.gamma)),
                   gibbs_gp_flops.hint(problem.n, problem.d, settings))
+    del spec  # its n x s eigenvectors, beyond the preconditioner's n x r
     inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": options.gamma,
               "jitter": setup.jitter, "pcg": pcg}
     run = _run_gibbs(models.gp_bsvm, inputs, kernel, key=key, options=options, resume=resume,

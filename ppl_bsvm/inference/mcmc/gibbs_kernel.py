@@ -108,7 +108,8 @@ def _gp_data(args: dict) -> GPData:
     if "pcg" in args:  # the engines' inputs: computed beforehand (the programs trace this)
         pre = args["pcg"]
     else:  # the NumPyro kernel: concrete data, the choice made here
-        pre = preconditioner(K, float(gamma)) if _concrete(K) and _concrete(gamma) else None
+        pre = (preconditioner(K, float(gamma), jitter=float(args["jitter"]))
+               if _concrete(K) and _concrete(gamma) else None)
     return GPData(K, y, gamma, chol_K=chol_K, pcg=pre)
 
 

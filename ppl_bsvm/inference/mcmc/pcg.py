@@ -40,15 +40,32 @@ has not reached the tolerance after :data:`MAX_ITER` iterations is not used: the
 ``f`` by the Cholesky factor instead (:func:`~ppl_bsvm.inference.mcmc.conditionals.draw_f`),
 so no draw is ever inexact, and counts it (``cg_fallback``).
 
-**Rank and path.** :func:`pcg_rank` keeps the eigenvalues above ``c + tau``, ``tau = 1e-4 /
-gamma^2`` (a ten-thousandth of the noise ``lam / gamma`` of a point on the margin, where
-``lam ~ Gamma(1/2, rate gamma/2)``), rounds ``r`` up to a multiple of 16 (so that data sets of
-similar spectra share compiled programs), and chooses this path only when its flop count,
-``n r^2 + r^3/3`` plus :data:`ITER_GUESS` iterations of ``n^2 + 4 n r``, is below the Cholesky
-factor's ``n^3 / 3``: at small ``n`` or for a rough kernel (``r`` near ``n``) the sweep keeps
-the Cholesky factor. On the Banana benchmark this gives ``r = 32`` at ``n = 300`` (3
-iterations per sweep) and ``r = 48`` at ``n = 1000`` (2); ranks from 16 to 64 cost within 40%
-of each other there (larger ranks take fewer iterations, each dearer to set up).
+**Spectrum.** Up to :data:`EXACT_MAX` points the eigenpairs come from one eigendecomposition
+of ``K`` (``c = d_1``). Beyond, an eigendecomposition (about ``9 n^3`` flops: 90 s at
+``n = 10^4`` on 2 cores) would cost more than the sampling, and only the top
+:data:`RANK_MAX` pairs are needed: a randomized range finder with one power iteration
+(Halko, Martinsson & Tropp 2011, algorithm 4.4 with ``q = 1``, then the Rayleigh-Ritz step
+of their algorithm 5.3) finds them from ``s = RANK_MAX +`` :data:`OVERSAMPLE` products with
+``K``, in ``6 n^2 s`` flops (2.2 s at ``n = 5000``, against 11 s for the eigendecomposition).
+Its Ritz values ``theta_j <= d_j`` stand for the top of the spectrum, and the floor is the
+jitter, ``c = jitter * mean(diag K) / (1 + jitter) <= d_1``. On the ``susy`` generator at
+``n = 5000`` (``d = 18``, RBF at the median heuristic) the iterations per solve are those of
+the exact eigenpairs (23, 13 and 8-9 at ranks 128, 256 and 512). Which eigenpairs the
+preconditioner holds changes how many iterations a solve takes, never its answer.
+
+**Rank and path.** :func:`pcg_rank` chooses the rank ``r`` (a multiple of :data:`RANK_STEP`,
+so that data sets of similar spectra share compiled programs, at most :data:`RANK_MAX`) that
+minimises the predicted flops of a solve per chain, ``n r^2 + r^3 / 3`` to set up the
+preconditioner and :func:`predicted_iterations` of ``n^2 + 4 n r``, and keeps the Cholesky
+factor (rank 0) when its ``n^3 / 3`` is cheaper: at small ``n``, or for a rough kernel. The
+iterations grow with the flattened tail against the smallest noises (``lam / gamma``, of
+order ``1 / gamma^2`` on the margin): ``4 + 30 gamma sqrt(d_{r+1} - c)`` fits the measured
+counts on ``susy`` at ``n = 2000`` (53, 32, 18, 11, 7 at ranks 32 to 512, the fit 53, 35,
+19, 11, 7) and 5000 (23, 13, 8 at 128 to 512; fit 27, 16, 9) and is a little pessimistic on
+Banana (2 to 4 measured at ``n = 300`` and 1000). The rule picks ``r = 128`` at ``n = 2000``
+and 256 at 5000 and ``10^4`` there; the old rule, which kept every eigenvalue more than
+``1e-4 / gamma^2`` above the floor, took the Cholesky path at 2000 (386 ms per sweep of 4
+chains) and rank 2448 at 5000.
 """
 
 from __future__ import annotations
@@ -61,7 +78,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-__all__ = ["Preconditioner", "preconditioner", "pcg_rank", "solve", "TOL", "MAX_ITER"]
+__all__ = ["Preconditioner", "Spectrum", "preconditioner", "spectrum", "from_spectrum",
+           "pcg_rank", "chosen_rank", "predicted_iterations", "spectrum_iterations",
+           "solve_flops", "solve", "TOL", "MAX_ITER"]
 
 TOL = 2.0**-50
 """Largest normwise backward error of an accepted solve (about 8.9e-16: four units of
@@ -70,21 +89,42 @@ roundoff)."""
 MAX_ITER = 64
 """Most conjugate-gradient iterations of one solve; beyond it the Cholesky draw is used."""
 
-TAIL_TOL = 1e-4
-"""``tau * gamma^2``: eigenvalues within ``tau`` of the smallest are flattened (module doc)."""
-
-ITER_GUESS = 6
-"""Iterations the cost rule of :func:`pcg_rank` assumes (2 to 4 measured, 8 with badly
-conditioned noise). With it the rule takes this path from ``n`` of about 90 on the Banana
-kernel, where the sweep measures as fast either way near ``n = 65`` and 1.7x faster by
-conjugate gradients at ``n = 120``."""
-
 RANK_STEP = 16
-"""The preconditioner's rank is rounded up to a multiple of this."""
+"""The preconditioner's rank is a multiple of this."""
+
+RANK_MAX = 512
+"""Largest rank :func:`pcg_rank` considers: beyond, the set-up's ``n r^2`` per chain and sweep
+outgrows what fewer iterations save (at ``n = 10^4``, 512 already costs as much as 256)."""
+
+EXACT_MAX = 2048
+"""Up to this many points the spectrum comes from a full eigendecomposition of ``K`` (0.7 s at
+``n = 2000``); beyond, from the randomized range finder (module doc)."""
+
+OVERSAMPLE = 64
+"""Columns the range finder draws beyond :data:`RANK_MAX`."""
+
+ITER_BASE, ITER_SLOPE = 4.0, 30.0
+""":func:`predicted_iterations`: ``ITER_BASE + ITER_SLOPE gamma sqrt(tail)`` (module doc)."""
+
+
+def predicted_iterations(tail, gamma: float = 1.0):
+    """Conjugate-gradient iterations a solve is expected to take when the preconditioner
+    flattens ``K``'s spectrum beyond a top eigenvalue ``tail`` above the floor (module doc:
+    fitted to measured counts; it chooses the rank, and exactness never depends on it)."""
+    return ITER_BASE + ITER_SLOPE * gamma * np.sqrt(np.maximum(tail, 0.0))
+
+
+def solve_flops(n: int, rank: int, iterations: float) -> float:
+    """Flops of one chain's solve: the Cholesky factor (``rank`` 0), or the preconditioner's
+    set-up and ``iterations`` of conjugate gradients."""
+    if rank <= 0:
+        return n**3 / 3.0
+    return n * rank**2 + rank**3 / 3.0 + iterations * (n**2 + 4.0 * n * rank)
 
 
 class Preconditioner(NamedTuple):
-    """What the solves of a GP sweep share, computed once from ``K = U diag(d) U^T``.
+    """What the solves of a GP sweep share, computed once from ``K``'s top eigenpairs
+    ``U_r diag(d_r) U_r^T`` (module doc).
 
     Attributes
     ----------
@@ -92,9 +132,10 @@ class Preconditioner(NamedTuple):
         ``U_r diag(d_r - c)^{1/2}``: the top ``r`` eigenvectors scaled by the square root of
         their eigenvalue above the floor.
     c : ()
-        The floor: ``K``'s smallest eigenvalue (at least ``1e-13`` times its largest).
+        The floor: ``K``'s smallest eigenvalue, or a lower bound of it (the jitter) when only
+        the top of the spectrum was computed; at least ``1e-13`` times the largest.
     norm : ()
-        ``K``'s largest eigenvalue, ``||K||_2``.
+        ``K``'s largest eigenvalue, ``||K||_2`` (a lower bound of it from the range finder).
     """
 
     W: jnp.ndarray
@@ -102,46 +143,94 @@ class Preconditioner(NamedTuple):
     norm: jnp.ndarray
 
 
+class Spectrum(NamedTuple):
+    """The top of ``K``'s spectrum: ascending eigenvalues ``d`` (all ``n``, or the ``s``
+    largest Ritz values), their eigenvectors ``U`` (on the device) and the floor ``c``."""
+
+    d: np.ndarray
+    U: jnp.ndarray
+    c: float
+
+
 def _tail_floor(d):
     """``c``: the smallest eigenvalue, kept above rounding level of the largest."""
     return max(float(d[0]), 1e-13 * float(d[-1]))
 
 
-def pcg_rank(eigenvalues, gamma: float = 1.0) -> int:
-    """Rank of the preconditioner for a kernel matrix with these eigenvalues, or 0 when the
+def pcg_rank(eigenvalues, gamma: float = 1.0, n: int | None = None,
+             floor: float | None = None) -> int:
+    """Rank of the preconditioner that minimises the predicted flops of a solve, or 0 when the
     Cholesky factor is cheaper (module doc).
 
     Parameters
     ----------
-    eigenvalues : array of shape (n,)
-        Of ``K`` (the jittered prior covariance).
+    eigenvalues : array of shape (n,) or (s,)
+        Of ``K`` (the jittered prior covariance): all of them, or its ``s`` largest.
     gamma : float
         The pseudo-likelihood temperature (the noise ``lam / gamma`` scales with ``1/gamma^2``
         on the margin).
+    n : int, optional
+        ``K``'s order when ``eigenvalues`` are only its largest.
+    floor : float, optional
+        The floor ``c``; by default the smallest eigenvalue given (module doc).
     """
     d = np.sort(np.asarray(eigenvalues, dtype=float))
-    n = d.shape[0]
-    c = _tail_floor(d)
-    r = int(np.sum(d > c + TAIL_TOL / gamma**2))
-    r = min(n, RANK_STEP * max(1, -(-r // RANK_STEP)))
-    pcg_flops = n * r**2 + r**3 / 3 + ITER_GUESS * (n**2 + 4 * n * r)
-    return r if pcg_flops < n**3 / 3 else 0
+    n = d.shape[0] if n is None else int(n)
+    c = _tail_floor(d) if floor is None else max(float(floor), 1e-13 * float(d[-1]))
+    best_rank, best = 0, solve_flops(n, 0, 0.0)
+    for r in range(RANK_STEP, min(RANK_MAX, n - 1, d.shape[0] - 1) + 1, RANK_STEP):
+        cost = solve_flops(n, r, float(predicted_iterations(d[-r - 1] - c, gamma)))
+        if cost < best:
+            best_rank, best = r, cost
+    return best_rank
 
 
-def preconditioner(K, gamma: float = 1.0, rank: int | None = None) -> Preconditioner | None:
-    """The :class:`Preconditioner` of ``K`` (concrete, ``(n, n)``), or None when
-    :func:`pcg_rank` prefers the Cholesky factor. One eigendecomposition of ``K``, by JAX on
-    the device that holds the data (on a GPU the host's LAPACK would be the sampler's slowest
-    step; on the CPU it is the same LAPACK); only the eigenvalues come back to choose the
-    rank. ``rank`` overrides the rule (the tests' way to put a small problem on this path)."""
+def spectrum(K, jitter: float = 0.0, key=None) -> Spectrum:
+    """:class:`Spectrum` of ``K`` (concrete, ``(n, n)``): every eigenpair up to
+    :data:`EXACT_MAX` points, beyond them the ``RANK_MAX + OVERSAMPLE`` largest by the
+    randomized range finder (module doc), with the floor from the relative ``jitter`` that
+    :func:`~ppl_bsvm.kernels.gram` added. By JAX on the device that holds the data (on a GPU
+    the host's LAPACK would be the sampler's slowest step); only the eigenvalues come back."""
     K = jnp.asarray(K, dtype=jnp.float64)
-    d_dev, U = _eigh(K)
-    d = np.asarray(d_dev)
-    r = pcg_rank(d, gamma) if rank is None else int(rank)
-    if r == 0:
+    n = K.shape[0]
+    if n <= EXACT_MAX:
+        d_dev, U = _eigh(K)
+        d = np.asarray(d_dev)
+        return Spectrum(d, U, _tail_floor(d))
+    key = jax.random.key(0) if key is None else key
+    theta, U = _range_finder(K, key, RANK_MAX + OVERSAMPLE)
+    d = np.asarray(theta)
+    floor = float(jitter) / (1.0 + float(jitter)) * float(jnp.mean(jnp.diagonal(K)))
+    return Spectrum(d, U, max(floor, 1e-13 * float(d[-1])))
+
+
+def preconditioner(K, gamma: float = 1.0, rank: int | None = None,
+                   jitter: float = 0.0) -> Preconditioner | None:
+    """The :class:`Preconditioner` of ``K`` (concrete, ``(n, n)``, with relative ``jitter`` on
+    its diagonal), or None when :func:`pcg_rank` prefers the Cholesky factor. ``rank``
+    overrides the rule (the tests' way to put a small problem on this path)."""
+    spec = spectrum(K, jitter)
+    return from_spectrum(spec, chosen_rank(spec, gamma) if rank is None else int(rank))
+
+
+def chosen_rank(spec: Spectrum, gamma: float = 1.0) -> int:
+    """:func:`pcg_rank` of a :class:`Spectrum`."""
+    return pcg_rank(spec.d, gamma, spec.U.shape[0], spec.c)
+
+
+def spectrum_iterations(spec: Spectrum, rank: int, gamma: float = 1.0) -> float:
+    """:func:`predicted_iterations` of a solve preconditioned at ``rank`` (0: none, the
+    Cholesky path)."""
+    return float(predicted_iterations(spec.d[-rank - 1] - spec.c, gamma)) if rank else 0.0
+
+
+def from_spectrum(spec: Spectrum, rank: int) -> Preconditioner | None:
+    """The rank-``rank`` :class:`Preconditioner` of a :class:`Spectrum` (None at rank 0)."""
+    if rank == 0:
         return None
-    c = _tail_floor(d)
-    return Preconditioner(_scaled_top(U, d_dev, r, c), jnp.asarray(c), jnp.asarray(d[-1]))
+    d_top = jnp.asarray(spec.d[-rank:])
+    return Preconditioner(_scaled_top(spec.U, d_top, rank, spec.c), jnp.asarray(spec.c),
+                          jnp.asarray(spec.d[-1]))
 
 
 @jax.jit
@@ -150,9 +239,23 @@ def _eigh(K):
 
 
 @partial(jax.jit, static_argnums=2)
-def _scaled_top(U, d, r: int, c):
-    """``W = U_r diag(d_r - c)^{1/2}`` over the top ``r`` eigenpairs."""
-    return U[:, -r:] * jnp.sqrt(jnp.maximum(d[-r:] - c, 0.0))
+def _range_finder(K, key, s: int):
+    r"""The ``s`` largest Ritz pairs of ``K`` from a range finder with one power iteration:
+    ``Q = orth(K orth(K Omega))``, ``Omega`` Gaussian ``(n, s)``, then ``Q^T K Q = V diag(theta)
+    V^T`` and the pairs ``(theta, Q V)`` (Halko et al. 2011, algorithms 4.4 and 5.3)."""
+    omega = jax.random.normal(key, (K.shape[0], s), K.dtype)
+    Q, _ = jnp.linalg.qr(K @ omega)
+    Q, _ = jnp.linalg.qr(K @ Q)
+    B = Q.T @ (K @ Q)
+    theta, V = jnp.linalg.eigh(0.5 * (B + B.T))
+    return theta, Q @ V
+
+
+@partial(jax.jit, static_argnums=2)
+def _scaled_top(U, d_top, r: int, c):
+    """``W = U_r diag(d_r - c)^{1/2}`` over the top ``r`` eigenpairs (``d_top`` their
+    eigenvalues)."""
+    return U[:, -r:] * jnp.sqrt(jnp.maximum(d_top - c, 0.0))
 
 
 class Solve(NamedTuple):
@@ -193,12 +296,14 @@ def solve(pre: Preconditioner, K, noise, b, tol: float = TOL, max_iter: int = MA
     ``while_loop``.
     """
     g = 1.0 / (noise + pre.c)
-    GW = g[:, None] * pre.W
-    M = jnp.eye(pre.W.shape[1], dtype=K.dtype) + pre.W.T @ GW
+    M = jnp.eye(pre.W.shape[1], dtype=K.dtype) + pre.W.T @ (g[:, None] * pre.W)
     L = jax.lax.linalg.cholesky(M, symmetrize_input=False)
 
     def apply_pinv(v):
-        return g * v - GW @ cho_solve((L, True), GW.T @ v)
+        # G W (M^-1 (G W)^T v) with W, not G W, in the products: with vectorised chains they
+        # share W, so each iteration reads n r numbers once rather than once per chain
+        gv = g * v
+        return gv - g * (pre.W @ cho_solve((L, True), pre.W.T @ gv))
 
     norm_A = jnp.maximum(pre.norm, jnp.max(noise))  # a lower bound of ||K + N||_2
     norm_b = jnp.linalg.norm(b)

@@ -50,18 +50,61 @@ def _noise(n, case, seed=1):
     return lam
 
 
+def _rule_by_brute_force(d, gamma, n, c):
+    costs = {0: n**3 / 3}
+    for r in range(pcg.RANK_STEP, min(pcg.RANK_MAX, n - 1, len(d) - 1) + 1, pcg.RANK_STEP):
+        iters = pcg.ITER_BASE + pcg.ITER_SLOPE * gamma * np.sqrt(max(d[-r - 1] - c, 0.0))
+        costs[r] = n * r**2 + r**3 / 3 + iters * (n**2 + 4 * n * r)
+    return min(costs, key=costs.get)
+
+
 def test_rank_rule():
-    """Smooth kernels get a low rank (a multiple of 8) once n is large enough to pay; small
-    problems and rough kernels keep the Cholesky factor (rank 0)."""
+    """The rank minimises the predicted flops of a solve over multiples of RANK_STEP (the
+    Cholesky factor's n^3 / 3 against the preconditioner's set-up and the predicted
+    iterations); small problems keep the Cholesky factor (rank 0), and so does a spectrum
+    whose tail would take more iterations than the factor costs."""
     d = np.linalg.eigvalsh(_banana_K(300))
     r = pcg.pcg_rank(d)
     assert 0 < r < 100 and r % pcg.RANK_STEP == 0
-    # the rank keeps every eigenvalue above the flattened tail
-    assert np.sum(d > d[0] + pcg.TAIL_TOL) <= r
+    assert r == _rule_by_brute_force(d, 1.0, 300, d[0])
+    assert pcg.pcg_rank(d, gamma=3.0) == _rule_by_brute_force(d, 3.0, 300, d[0])
     assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(25))) == 0
-    rough = kernels.Matern32(lengthscale=0.02)
-    assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(300, kernel=rough))) == 0
     assert pcg.preconditioner(_banana_K(25)) is None
+    # a flat spectrum far above the floor: 4 + 30 sqrt(100) iterations of n^2 > n^3 / 3
+    flat = np.concatenate([[1e-6], np.full(299, 100.0)])
+    assert pcg.pcg_rank(flat) == 0
+    # the top of a spectrum: the same choice as from all of it
+    assert pcg.pcg_rank(d[-100:], 1.0, n=300, floor=d[0]) == r
+
+
+def test_range_finder_finds_the_top_of_the_spectrum(monkeypatch):
+    """Beyond EXACT_MAX points the spectrum comes from the randomized range finder: its top
+    Ritz values are the eigenvalues (to 1e-8 relative where the spectrum has decayed by less
+    than 1e4), the floor is the jitter and below the smallest eigenvalue, and its
+    preconditioner solves in the iterations of the exact eigenpairs' (within one)."""
+    n = 400
+    K = _banana_K(n)
+    monkeypatch.setattr(pcg, "EXACT_MAX", 100)
+    monkeypatch.setattr(pcg, "RANK_MAX", 48)
+    monkeypatch.setattr(pcg, "OVERSAMPLE", 16)
+    spec = pcg.spectrum(K, jitter=1e-6)
+    exact = np.linalg.eigvalsh(K)
+    assert spec.d.shape == (64,) and spec.U.shape == (n, 64)
+    top = exact[-64:]
+    settled = top >= 1e-4 * top[-1]
+    np.testing.assert_allclose(spec.d[settled], top[settled], rtol=1e-8)
+    assert np.all(spec.d <= top * (1 + 1e-12))  # Ritz values are below the eigenvalues
+    floor = 1e-6 * np.mean(np.diag(K)) / (1 + 1e-6)
+    # below the smallest eigenvalue, which rounding moves by up to n eps ||K||
+    assert spec.c == pytest.approx(floor) and spec.c <= exact[0] + n * np.finfo(float).eps * top[-1]
+    noise = _noise(n, "typical")
+    b = np.random.default_rng(3).normal(size=n)
+    iters = []
+    for pre in (pcg.from_spectrum(spec, 32), pcg.preconditioner(K, rank=32)):
+        out = pcg.solve(pre, jnp.asarray(K), jnp.asarray(noise), jnp.asarray(b))
+        assert bool(out.ok)
+        iters.append(int(out.iters))
+    assert abs(iters[0] - iters[1]) <= 1
 
 
 @pytest.mark.parametrize("case", ["typical", "tiny", "floor", "large"])

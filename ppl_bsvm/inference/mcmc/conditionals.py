@@ -229,12 +229,14 @@ def overrelaxed(mean, noise, prev, overrelax):
 class FDraw(NamedTuple):
     """Outcome of :func:`draw_f`: the draw, the conjugate-gradient iterations it took (0 on
     the Cholesky path), whether their solve was refused and the Cholesky factor used, and
-    for the plain draw its prior quadratic form ``f^T K^-1 f`` (None when overrelaxed)."""
+    the draw's whitened coordinates ``L^{-1} f`` and prior quadratic form ``f^T K^-1 f``
+    (None when overrelaxed without the previous draw's whitened coordinates)."""
 
     f: jnp.ndarray
     cg_iters: jnp.ndarray
     cg_fallback: jnp.ndarray
     quad: jnp.ndarray | None = None
+    white: jnp.ndarray | None = None
 
 
 def _unless(done, compute, value, operands):
@@ -253,7 +255,8 @@ def _unless(done, compute, value, operands):
     return jax.lax.while_loop(lambda carry: ~carry[0], body, (done, value))[1]
 
 
-def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None) -> FDraw:
+def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None,
+           prev_white=None) -> FDraw:
     r""":func:`sample_f` with its solver's record (:class:`FDraw`).
 
     ``pre`` (:class:`~ppl_bsvm.inference.mcmc.pcg.Preconditioner`) solves ``(K + N) x = b``
@@ -262,11 +265,14 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
     by the Cholesky solve, so the draw is always exact. None: the Cholesky factor of
     ``I + S K S`` (:func:`ppl_bsvm.inference.gaussian.factor`).
 
-    The plain draw ``f = f0 + K x``, ``f0 = L xi``, also gives its prior quadratic form
-    without a triangular solve: ``K^-1 f0 = L^-T xi`` and ``(L^-T xi)^T K x = xi^T L^T x =
-    f0^T x``, so
+    The draw also gives its whitened coordinates ``w = L^{-1} f`` (``K = L L^T``) without a
+    triangular solve: ``L^{-1} f0 = xi`` and ``L^{-1} K x = L^T x``, so the plain draw
+    ``f = f0 + K x`` has ``w = xi + L^T x``, and Adler's move ``f' = alpha f + beta f0 + K x``
+    (:func:`sample_f`) has
 
-    .. math:: f^\top K^{-1} f = \xi^\top \xi + 2 f_0^\top x + x^\top K x .
+    .. math:: w' = \alpha w + \beta \xi + L^\top x
+
+    given the previous draw's ``w`` (``prev_white``); the quadratic form is ``|w|^2``.
     """
     n = y.shape[0]
     xi = standard_normal(key, (2, n), K.dtype)
@@ -291,8 +297,15 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
         cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)
         x, Kx = _unless(cg.ok, by_cholesky, (cg.x, cg.Kx), (noise, b))
         iters, fallback = cg.iters, ~cg.ok
-    quad = xi[0] @ xi[0] + 2.0 * (f0 @ x) + x @ Kx if plain else None
-    return FDraw(base + Kx, jnp.asarray(iters, jnp.int32), jnp.asarray(fallback, jnp.int32), quad)
+    if plain:
+        white = xi[0] + x @ chol_K
+    elif prev_white is not None:
+        white = overrelax * prev_white + shrink * xi[0] + x @ chol_K
+    else:
+        white = None
+    quad = None if white is None else white @ white
+    return FDraw(base + Kx, jnp.asarray(iters, jnp.int32), jnp.asarray(fallback, jnp.int32), quad,
+                 white)
 
 
 def sample_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None):

@@ -315,9 +315,12 @@ def solve(pre: Preconditioner, K, noise, b, tol: float = TOL, max_iter: int = MA
         x, r, _, _, _, k = carry
         return ~small(r, x, 0.25) & (k < max_iter)
 
+    # p K rather than K p (K is symmetric): with vectorised chains XLA's CPU backend computes
+    # the (chains, n) x (n, n) product in 38 ms at n = 10^4 and 4 chains, the (n, n) x
+    # (n, chains) one in 49 ms, and these products are most of the sweep
     def body(carry):
         x, r, p, z, rz, k = carry
-        Ap = K @ p + noise * p
+        Ap = p @ K + noise * p
         alpha = rz / (p @ Ap)
         x = x + alpha * p
         r = r - alpha * Ap
@@ -329,6 +332,6 @@ def solve(pre: Preconditioner, K, noise, b, tol: float = TOL, max_iter: int = MA
     z0 = apply_pinv(b)
     init = (jnp.zeros_like(b), b, z0, z0, b @ z0, jnp.zeros((), jnp.int32))
     x, _, _, _, _, k = jax.lax.while_loop(cond, body, init)
-    Kx = K @ x
+    Kx = x @ K
     ok = small(b - Kx - noise * x, x, 1.0)
     return Solve(x, Kx, k, ok)

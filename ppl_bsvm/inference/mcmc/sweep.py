@@ -48,6 +48,10 @@ class LineMoves(NamedTuple):
         ``K^-1 v``) and ``u = v / sd^2`` for learned directions (``sd`` the sd along ``v``,
         so that ``u^T z`` is ``z``'s coordinate along it in units of ``t``; zero for fixed
         ones), side by side so that one product with ``z`` gives both.
+    white : (k, d)
+        The directions in the prior's whitened coordinates, ``L^{-1} v`` (``K = L L^T``) or
+        ``v / prior_scale``: a move by ``t v`` moves :attr:`GibbsState.white` by ``t`` times
+        it.
     a : (k,)
         ``v^T P v``.
     center : (k,)
@@ -78,6 +82,7 @@ class LineMoves(NamedTuple):
     V: jnp.ndarray
     dm: jnp.ndarray
     PU: jnp.ndarray
+    white: jnp.ndarray
     a: jnp.ndarray
     center: jnp.ndarray
     place: jnp.ndarray
@@ -103,9 +108,11 @@ def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
     effect on the margins (``dm``) and on the prior (``P v``, ``a``), and the prediction of
     the mode along them (``U``, ``center``; none when ``U`` is None)."""
     if isinstance(data, LinearData):
-        dm, Pv = V @ data.Z.T, V / data.prior_scale**2
+        dm, white, Pv = V @ data.Z.T, V / data.prior_scale, V / data.prior_scale**2
     else:
-        dm, Pv = V * data.y[None, :], cho_solve((data.chol_K, True), V.T).T
+        half = solve_triangular(data.chol_K, V.T, lower=True)  # L^-1 v, then K^-1 v = L^-T L^-1 v
+        dm, white = V * data.y[None, :], half.T
+        Pv = solve_triangular(data.chol_K.T, half, lower=False).T
     k, d = V.shape
     if U is None:
         U, center = jnp.zeros_like(V), jnp.zeros((k,), V.dtype)
@@ -114,8 +121,9 @@ def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
     # rho = 1 to start with (forgotten within tens of sweeps), the default spacing
     place = jnp.broadcast_to(jnp.asarray([1.0, 1.0, _SPACING], V.dtype), (k, 3))
     window = (WINDOW_DRAWS, d) if _keeps_draws(k, d) else (d, d)
-    return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), jnp.sum(V * Pv, axis=1), center, place,
-                     jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype), jnp.zeros(window, V.dtype))
+    return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), white, jnp.sum(V * Pv, axis=1), center,
+                     place, jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype),
+                     jnp.zeros(window, V.dtype))
 
 
 def line_moves_init(data, directions) -> LineMoves:
@@ -139,11 +147,12 @@ _FIT_DECAY = 0.95
 """Weight of the past in :attr:`LineMoves.place` (an effective memory of 20 sweeps)."""
 
 
-def _line_moves(key, value, margins, moves: LineMoves, gamma):
+def _line_moves(key, value, white, margins, moves: LineMoves, gamma):
     """One exact draw along each direction in turn (:func:`sample_line`); returns the new
-    value and margins, the proposals used, the number of failed moves and the moves with
-    the statistics that place the next grids (``place``). Where a grid starts
-    changes the cost of a draw, never its law, so adapting them keeps the sweep exact.
+    value, its whitened coordinates and margins, the proposals used, the number of failed
+    moves and the moves with the statistics that place the next grids (``place``). Where a
+    grid starts changes the cost of a draw, never its law, so adapting them keeps the sweep
+    exact.
 
     A loop over the direction's index, not a ``scan`` over the directions: with the chains
     vectorised, ``scan`` would transpose every ``(chains, k, n)`` array of the moves to put
@@ -154,7 +163,7 @@ def _line_moves(key, value, margins, moves: LineMoves, gamma):
     uniforms = random.uniform(keys[k], (k, 3, _PROPOSALS), value.dtype)  # first rounds, in bulk
 
     def move(j, carry):
-        value, margins, used, failed, place = carry
+        value, white, margins, used, failed, place = carry
         b, u = value @ moves.PU[j]
         predicted = moves.center[j] - u
         tp, pp, width = place[j]
@@ -163,13 +172,13 @@ def _line_moves(key, value, margins, moves: LineMoves, gamma):
                                        rho * predicted, width, uniforms[j])
         place = place.at[j].set(jnp.stack([_FIT_DECAY * tp + t * predicted,
                                            _FIT_DECAY * pp + predicted**2, width]))
-        return (value + t * moves.V[j], margins + t * moves.dm[j], used + trials,
-                failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), place)
+        return (value + t * moves.V[j], white + t * moves.white[j], margins + t * moves.dm[j],
+                used + trials, failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), place)
 
     zero = jnp.zeros((), jnp.int32)
-    value, margins, used, failed, place = jax.lax.fori_loop(
-        0, k, move, (value, margins, zero, zero, moves.place))
-    return value, margins, used, failed, moves._replace(place=place)
+    value, white, margins, used, failed, place = jax.lax.fori_loop(
+        0, k, move, (value, white, margins, zero, zero, moves.place))
+    return value, white, margins, used, failed, moves._replace(place=place)
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
@@ -234,7 +243,12 @@ class GibbsState(NamedTuple):
     margins : (n,)
         ``y_i f_i`` at ``z`` (``Z beta`` for the linear model).
     quad : ()
-        Prior quadratic form at ``z``: ``beta^T beta / prior_scale^2`` or ``f^T K^-1 f``.
+        Prior quadratic form at ``z``: ``beta^T beta / prior_scale^2`` or ``f^T K^-1 f``,
+        ``|white|^2``.
+    white : (d,)
+        ``z`` in the prior's whitened coordinates: ``beta / prior_scale``, or ``L^{-1} f``
+        (``K = L L^T``) carried through the sweep's moves rather than solved for, since a
+        triangular solve with ``L`` costs as much as a dozen products with ``K`` (:func:`_full`).
     lp : ()
         Log marginal posterior density of ``z`` up to a constant,
         ``-quad / 2 - 2 gamma sum_i max(0, 1 - margins_i)`` (a trace to watch).
@@ -267,6 +281,7 @@ class GibbsState(NamedTuple):
     lam: jnp.ndarray
     margins: jnp.ndarray
     quad: jnp.ndarray
+    white: jnp.ndarray
     lp: jnp.ndarray
     scale: jnp.ndarray
     scale_trials: jnp.ndarray
@@ -292,13 +307,16 @@ def _margins(z, data):
     return data.y * z["f"]
 
 
+def _white(z, data):
+    """``z`` in the prior's whitened coordinates, ``beta / prior_scale`` or ``L^{-1} f``."""
+    if isinstance(data, LinearData):
+        return z["beta"] / data.prior_scale
+    return solve_triangular(data.chol_K, z["f"], lower=True)
+
+
 def _quad_and_margins(z, data):
     """Prior quadratic form ``beta^T Sigma^-1 beta`` or ``f^T K^-1 f``, and the margins."""
-    if isinstance(data, LinearData):
-        quad = jnp.sum(z["beta"] ** 2) / data.prior_scale**2
-    else:
-        quad = jnp.sum(solve_triangular(data.chol_K, z["f"], lower=True) ** 2)
-    return quad, _margins(z, data)
+    return jnp.sum(_white(z, data) ** 2), _margins(z, data)
 
 
 def log_density(z, data):
@@ -339,17 +357,17 @@ def gibbs_step(
     """
     k_scale, k_lam, k_z = random.split(key, 3)
     (value,) = state.z.values()
-    margins = state.margins
+    margins, white = state.margins, state.white
     scale_width, moves = state.scale_width, state.moves
     if scale_step:
         c, trials, scale_width = sample_scale(k_scale, state.quad, margins, value.shape[0],
                                               data.gamma, scale_width)
-        value, margins = c * value, c * margins
+        value, margins, white = c * value, c * margins, c * white
     else:
         c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
     if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
-        value, margins, line_trials, line_failed, moves = _line_moves(
-            random.fold_in(k_scale, 1), value, margins, moves, data.gamma
+        value, white, margins, line_trials, line_failed, moves = _line_moves(
+            random.fold_in(k_scale, 1), value, white, margins, moves, data.gamma
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
@@ -360,33 +378,41 @@ def gibbs_step(
         return _collapsed(k_lam, state, data, value, draw_lam)
 
     def end_full(state):
-        return _full(k_lam, k_z, state, data, value, margins, overrelax)
+        return _full(k_lam, k_z, state, data, value, white, margins, overrelax)
 
     if isinstance(collapsed, bool):
         return end_collapsed(state) if collapsed else end_full(state)
     return jax.lax.cond(collapsed, end_collapsed, end_full, state)
 
 
-def _full(k_lam, k_z, state: GibbsState, data, value, margins, overrelax) -> GibbsState:
-    """The end of a full sweep: ``lam | z`` at the moved ``value`` (whose ``margins`` are
-    given), then ``z | lam``."""
+def _full(k_lam, k_z, state: GibbsState, data, value, white, margins,
+          overrelax) -> GibbsState:
+    """The end of a full sweep: ``lam | z`` at the moved ``value`` (whose whitened
+    coordinates ``white`` and ``margins`` are given), then ``z | lam``.
+
+    The GP's new ``f`` comes with its whitened coordinates from the draw (``draw_f``), with
+    no triangular solve: a solve with ``L`` and 4 right-hand sides took 380 ms at ``n =
+    10^4``, a quarter of the sweep, where the product with ``L^T`` that replaces it takes
+    45 ms. Carried through the scale step (a factor), the line moves (``t L^{-1} v``) and
+    Adler's move (``alpha w``, ``|alpha| < 1``), their rounding does not accumulate: each
+    draw shrinks the error it inherits by ``|alpha|`` (``tests/inference/mcmc/test_mcmc.py``
+    checks ``|white|^2`` against ``f^T K^-1 f`` after a run)."""
     lam, n_floored = _floored_lam(k_lam, margins, data.gamma)
     if isinstance(data, LinearData):
         z = {"beta": sample_beta(
             k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
         )}
         cg_iters = cg_fallback = jnp.zeros((), jnp.int32)
+        white = _white(z, data)
     else:
         draw = draw_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax,
-                      data.pcg)
+                      data.pcg, white)
         z, cg_iters, cg_fallback = {"f": draw.f}, draw.cg_iters, draw.cg_fallback
-    if isinstance(data, GPData) and draw.quad is not None:  # no triangular solve
-        quad, margins = draw.quad, _margins(z, data)
-    else:
-        quad, margins = _quad_and_margins(z, data)
+        white = draw.white
+    quad, margins = jnp.sum(white**2), _margins(z, data)
     lp = _lp(quad, margins, data.gamma)
-    return state._replace(z=z, lam=lam, margins=margins, quad=quad, lp=lp, n_floored=n_floored,
-                          cg_iters=cg_iters, cg_fallback=cg_fallback)
+    return state._replace(z=z, lam=lam, margins=margins, quad=quad, white=white, lp=lp,
+                          n_floored=n_floored, cg_iters=cg_iters, cg_fallback=cg_fallback)
 
 
 def _floored_lam(key, margins, gamma):
@@ -400,13 +426,14 @@ def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsStat
     form computed afresh (the moves update the margins incrementally, and rounding would
     accumulate over the sweeps), and ``lam | z`` if ``draw_lam``."""
     z = {next(iter(state.z)): value}
-    quad, margins = _quad_and_margins(z, data)
+    white, margins = _white(z, data), _margins(z, data)
+    quad = jnp.sum(white**2)
     if draw_lam:
         lam, n_floored = _floored_lam(key, margins, data.gamma)
     else:
         lam, n_floored = state.lam, jnp.zeros((), jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    return state._replace(z=z, lam=lam, margins=margins, quad=quad,
+    return state._replace(z=z, lam=lam, margins=margins, quad=quad, white=white,
                           lp=_lp(quad, margins, data.gamma), n_floored=n_floored,
                           cg_iters=zero, cg_fallback=zero)
 
@@ -422,7 +449,8 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
             n = data.y.shape[0]
             z = {"f": data.chol_K @ random.normal(key, (n,), data.K.dtype)}
     z = {k: jnp.asarray(v) for k, v in z.items()}
-    quad, margins = _quad_and_margins(z, data)
+    white, margins = _white(z, data), _margins(z, data)
+    quad = jnp.sum(white**2)
     # lam is filled by the first sweep; ones are a placeholder of the right shape. Strong
     # dtypes everywhere, so that the loop carry never changes type (no recompilation).
     int0 = jnp.zeros((), jnp.int32)
@@ -430,6 +458,6 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
     dim = next(iter(z.values())).shape[0]
     width = _SPACING * jax.lax.rsqrt(jnp.maximum(dim - 1 + quad, 1e-12))  # the smooth part's sd
     return GibbsState(
-        z, jnp.ones_like(margins), margins, quad, lp, jnp.ones_like(lp), int0, width, int0,
-        int0, int0, int0, int0, line_moves_init(data, directions), int0, key,
+        z, jnp.ones_like(margins), margins, quad, white, lp, jnp.ones_like(lp), int0, width,
+        int0, int0, int0, int0, int0, line_moves_init(data, directions), int0, key,
     )

@@ -23,7 +23,7 @@ def _window(moves, draws):
 
 def _empty(k, d, keep):
     window = (sweep.WINDOW_DRAWS, d) if keep else (d, d)
-    return sweep.LineMoves(jnp.zeros((k, d)), None, None, None, None, None, jnp.zeros(()),
+    return sweep.LineMoves(jnp.zeros((k, d)), None, None, None, None, None, None, jnp.zeros(()),
                            jnp.zeros((d,)), jnp.zeros(window))
 
 

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from ... import models
 from ..._checks import boolean, open_interval
 from ..._cost import LINEAR_HINT, check_refined, cholesky, fit_name
-from ..._memory import coefficients, gp_sampler_bytes, linear_bytes
+from ..._memory import coefficients, gibbs_gp_bytes, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -297,7 +297,7 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
 
 
 @register("gibbs", ("gp",), options=GibbsGPOptions, budget="num_samples",
-          memory=gp_sampler_bytes(4), flops=gibbs_gp_flops)
+          memory=gibbs_gp_bytes, flops=gibbs_gp_flops)
 def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
              resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Henao et al. 2014) for the GP Bayesian SVM, fixed hyperparameters.

@@ -62,10 +62,10 @@ iterations grow with the flattened tail against the smallest noises (``lam / gam
 order ``1 / gamma^2`` on the margin): ``4 + 30 gamma sqrt(d_{r+1} - c)`` fits the measured
 counts on ``susy`` at ``n = 2000`` (53, 32, 18, 11, 7 at ranks 32 to 512, the fit 53, 35,
 19, 11, 7) and 5000 (23, 13, 8 at 128 to 512; fit 27, 16, 9) and is a little pessimistic on
-Banana (2 to 4 measured at ``n = 300`` and 1000). The rule picks ``r = 128`` at ``n = 2000``
-and 256 at 5000 and ``10^4`` there; the old rule, which kept every eigenvalue more than
-``1e-4 / gamma^2`` above the floor, took the Cholesky path at 2000 (386 ms per sweep of 4
-chains) and rank 2448 at 5000.
+Banana (2 to 4 measured at ``n = 300`` and 1000). On ``susy`` at the median-heuristic
+lengthscale the rule picks ``r = 128``, 192 and 256 at ``n = 2000``, 5000 and ``10^4``; the
+old rule, which kept every eigenvalue more than ``1e-4 / gamma^2`` above the floor, took the
+Cholesky path at 2000 (386 ms per sweep of 4 chains) and rank 2448 at 5000.
 """
 
 from __future__ import annotations

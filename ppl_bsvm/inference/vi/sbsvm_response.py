@@ -21,6 +21,13 @@ precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v
    factor of the linear-response precision, and the sweep's image at the fixed point (its
    residual).
 
+3. **Subsample** (:func:`_sampled_pass`, :func:`respond`). Beyond ``2 SAMPLE_P P`` rows the
+   moments come from ``8 P`` rows drawn at random, in two halves whose difference estimates
+   the Monte-Carlo error of the sds of ``u``; the subsample grows fourfold until that error
+   is at most :data:`MC_TOL` (0.5 %), or becomes the full sum. ``G`` is a sum over rows of
+   rank-one terms in ``P`` dimensions, so ``O(P)`` rows estimate it; what grows with ``n``
+   is left to the polish's sweeps and one sweep for the residual, ``O(n m^2)`` each.
+
 **Cost** (:func:`response_flops`). The pass costs about ``n m^4 / 18`` multiply-adds
 (``m >= 96``; ``n m^4 / 14`` at ``m = 64``, ``n m^4 / 4`` below 48, where the plain product is
 as fast), the factorisation ``P^3 / 3 ~ m^6 / 24``, the memory ``O(P^2)``
@@ -38,6 +45,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import random
+from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ... import _programs
 from ..._memory import FLOAT
@@ -65,10 +74,12 @@ Anderson-accelerated polish took 15-27 (plain sweeps took 57-185)."""
 
 def response_flops(n: int, m: int, d: int = 1) -> float:
     """Leading terms of the correction on ``n`` rows of ``d`` inputs: the cheaper of the two
-    forms, and :data:`POLISH_SWEEPS` sweeps of ``n (m d + 3 m^2)`` (the kernel columns, the
+    forms (the moments over the first subsample's rows where there is one, :func:`sample_rows`),
+    and :data:`POLISH_SWEEPS` sweeps of ``n (m d + 3 m^2)`` (the kernel columns, the
     projections ``L^{-1} K_mb`` and ``P_L^{-1} Psi``, the sum ``Psi^T A^{-1/2} Psi``)."""
     sweeps = POLISH_SWEEPS * float(n) * (m * d + 3 * m * m)
-    return min(lrvb.dense_flops(n, m), lrvb.moments_flops(n, m)) + sweeps
+    rows = sample_rows(n, m, lrvb.response_chunk(n, m)) or n
+    return min(lrvb.dense_flops(n, m), lrvb.moments_flops(rows, m)) + sweeps
 
 
 POLISH_PASSES = 60
@@ -136,12 +147,20 @@ class Response(NamedTuple):
         polished ``theta``.
     sweeps : () int
         Sweeps the polish took.
+    theta : (P,)
+        The polished ``(eta1, vech prec)``, where a later call can start (``max_iter=0``).
+    mc_error : ()
+        With a subsample (``sample > 0``): the estimated Monte-Carlo error of the sds of
+        ``u``, relative, root mean square over the ``m`` of them (:func:`_sampled_pass`); 0
+        for the full sum.
     """
 
     chol_prec: jnp.ndarray
     u_cov: jnp.ndarray
     residual: jnp.ndarray
     sweeps: jnp.ndarray
+    theta: jnp.ndarray
+    mc_error: jnp.ndarray
 
 
 def _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P, data, i, size_):
@@ -221,6 +240,59 @@ def _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk: int):
     return factor, _target(g1, G2, data.gamma)
 
 
+def _subsample(key, data, sample: int):
+    """``sample`` distinct training rows (never padding), uniformly at random."""
+    N = data.X.shape[0]
+    rank = random.uniform(key, (N,), data.X.dtype) + (jnp.arange(N) >= data.n)
+    return jnp.argsort(rank)[:sample]
+
+
+def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chunk: int):
+    r"""The moments of :func:`_moments_pass` from ``sample`` rows drawn without replacement,
+    in two halves ``A`` and ``B``: ``G_h = (n / |h|) sum_{i in h} g_i u_i u_i^T`` is
+    unbiased for the sum over all ``n`` rows, ``G = (G_A + G_B) / 2``, and ``dG = (G_A -
+    G_B) / 2`` is a draw with (to first order) the covariance of ``G``'s own error. Its
+    effect on the response,
+
+    .. math:: d [(I - G)^{-1}]_{xx} = X^\top dG\, X, \quad X = (I - G)^{-1} E_x ,
+
+    (``E_x`` the mean's columns; ``m`` solves with the factor of ``I - G``) gives the
+    estimated relative error of each sd of ``u``, ``|d var_j| / (2 var_j)``; the root mean
+    square over the ``m`` of them is ``mc_error``. Returns the precision factor (as
+    ``lrvb.sites_precision_factor``) and ``mc_error``."""
+    m = Z.shape[0]
+    mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
+    S = cov_factor(chol_P)
+    rows = _subsample(key, data, sample)
+    half = sample // 2
+    weight = data.n.astype(theta.dtype) / half
+
+    def add(moments, idx):
+        Xc, yc = data.X[idx], data.y[idx]
+        PsiT, m_f, s_f = _psi_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xc)
+        g = weight * 0.5 * data.gamma * elbo_mod.optimal_alpha(m_f, s_f, yc) ** -1.5
+        return lrvb.moments_add(moments, (yc[:, None] * PsiT.T) @ S, 1.0 - yc * m_f, g)
+
+    def body(i, acc):
+        ia = jax.lax.dynamic_slice_in_dim(rows, i * chunk, chunk)
+        ib = jax.lax.dynamic_slice_in_dim(rows, half + i * chunk, chunk)
+        return add(acc[0], ia), add(acc[1], ib)
+
+    zero = lrvb.moments_init(m, theta.dtype)
+    A, B = jax.lax.fori_loop(0, half // chunk, body, (zero, zero))
+    GA, GB = lrvb.moments_gram(A), lrvb.moments_gram(B)
+    G, dG = 0.5 * (GA + GB), 0.5 * (GA - GB)
+    P = G.shape[0]
+    R = jnp.linalg.cholesky(jnp.eye(P, dtype=G.dtype) - 0.5 * (G + G.T))
+    X = cho_solve((R, True), jnp.eye(P, m, -(P - m), dtype=G.dtype))
+    # Cov(u) = L_K P_L^-T [(I - G)^-1]_xx P_L^-1 L_K^T, and its first-order change
+    T = chol_Kmm @ solve_triangular(chol_P, jnp.eye(m, dtype=G.dtype), lower=True).T
+    var = jnp.sum((T @ X[P - m:]) * T, axis=1)
+    dvar = jnp.sum((T @ (X.T @ (0.5 * (dG + dG.T)) @ X)) * T, axis=1)
+    error = jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2))
+    return chol_P @ R[P - m:, P - m:], error
+
+
 def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
     """The ``n x n`` form (``lrvb.sites_dense_factor``) over all rows at once (used for few
     rows only, :func:`uses_dense`); the precision factor and the sweep's image."""
@@ -236,34 +308,76 @@ def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
     return factor, _target(st.g1, st.G2, data.gamma)
 
 
-@functools.partial(_programs.Program, static_argnames=("kernel", "max_iter", "chunk"))
+@functools.partial(_programs.Program,
+                   static_argnames=("kernel", "max_iter", "chunk", "sample"))
 def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int,
-                    chunk: int) -> Response:
+                    chunk: int, sample: int = 0, key=None) -> Response:
     """Polish S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) to the batch fixed
     point and compute its linear response there (module doc); ``data`` is ``sbsvm``'s
     ``SBSVMData`` (``X``, ``y``, ``n``, ``gamma``), ``chunk`` the rows per chunk of the
-    moments (:func:`response_chunk`), 0 for the ``n x n`` form (:func:`uses_dense`)."""
+    moments (:func:`response_chunk`), 0 for the ``n x n`` form (:func:`uses_dense`).
+    ``sample > 0``: the moments from that many rows drawn with ``key``
+    (:func:`_sampled_pass`; a multiple of ``2 chunk``)."""
     sweep = functools.partial(_sweep, kernel, params, Z, chol_Kmm, data)
     theta, sweeps = lrvb.polish(sweep, lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter)
-    if chunk:
+    error = jnp.zeros((), theta.dtype)
+    if sample:
+        chol_lr, error = _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample,
+                                       chunk)
+        image = sweep(theta)
+    elif chunk:
         chol_lr, image = _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk)
     else:
         chol_lr, image = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
     factor_u = chol_Kmm @ cov_factor(chol_lr)
-    return Response(chol_lr, factor_u @ factor_u.T, lrvb.relative_change(theta, image), sweeps)
+    return Response(chol_lr, factor_u @ factor_u.T, lrvb.relative_change(theta, image), sweeps,
+                    theta, error)
+
+
+SAMPLE_P = 8
+"""Rows of the first subsample per unknown ``P`` of the response (:func:`sample_rows`)."""
+
+MC_TOL = 0.005
+"""Largest estimated Monte-Carlo error (relative, of the sds of ``u``) of a subsampled
+response; beyond it the subsample grows fourfold (:func:`respond`)."""
+
+
+def sample_rows(n: int, m: int, chunk: int) -> int:
+    """Rows of the first subsample of the moments (0: the full sum): ``SAMPLE_P P`` rounded up
+    to a multiple of ``2 chunk``, when that is at most half of the ``n`` rows."""
+    if not chunk:
+        return 0
+    step = 2 * chunk
+    sample = step * -(-SAMPLE_P * size(m) // step)
+    return sample if 2 * sample <= n else 0
 
 
 def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: str):
     """The engine's linear response at its final state ``st``, checked by ``lrvb.accept``:
     ``(q, status, sweeps)``, ``q`` the :class:`~.sbsvm_marginals._FinalQ` of ``N(SVI's mean,
-    Cov_LR)`` (draws with ``key``) or, where the check fails, ``mean_field``."""
+    Cov_LR)`` (draws with ``key``) or, where the check fails, ``mean_field``, then the polish's
+    sweeps, the rows the moments came from and their estimated Monte-Carlo error.
+
+    Beyond ``2 SAMPLE_P P`` rows the moments come from a subsample (:func:`_sampled_pass`)
+    that grows fourfold until its estimated error is at most :data:`MC_TOL` (the full sum
+    once it would be half the rows); the polish runs once."""
     m, rows = st.Z.shape[0], data.X.shape[0]
     chunk = lrvb.response_chunk(rows, m)
-    res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec,
-                          data._replace(order=None), lrvb.POLISH_ITER, chunk)
+    n = int(data.n)
+    sample = sample_rows(n, m, chunk)
+    data = data._replace(order=None)
+    res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data,
+                          lrvb.POLISH_ITER, chunk, sample, random.fold_in(key, 1))
+    sweeps = int(res.sweeps)
+    while sample and not float(res.mc_error) <= MC_TOL:
+        sample = 4 * sample if 8 * sample <= n else 0
+        eta1, prec = lrvb.unpack(res.theta, m)
+        res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, 0, chunk,
+                              sample, random.fold_in(key, sample + 2))
     _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9)
+    report = (sample or n, float(res.mc_error))
     if status != "linear response":
-        return mean_field, status, int(res.sweeps)
+        return (mean_field, status, sweeps) + report
     prec = res.chol_prec @ res.chol_prec.T
     return (_final_q(st._replace(eta1=prec @ mean_field.mean_v, prec=prec), key, num_draws),
-            status, int(res.sweeps))
+            status, sweeps) + report

@@ -1,0 +1,355 @@
+"""S-BSVM's uncertainty against the exact GP Gibbs sampler at 2,000 to 10,000 points (issue 35).
+
+For each ``n``: the ``susy`` generator (18 features, standardised with the training rows'
+statistics), ``n`` training points and 500 held out. The RBF kernel's hyperparameters are
+the ones S-BSVM learns on the training rows (``m = 64``, ``learn_hyperparameters=True``),
+then fixed for every engine. The reference is ``fit(model="gp", method="gibbs")`` with 4
+chains; its latent predictive at the test points is the mixture of the draws' kriging
+conditionals ``N(m_s(x*), v_s(x*))``, and its convergence is judged on the draws' means
+``m_s(x*)`` (the smallest bulk ESS and largest R-hat over the 500 test points; the
+conditional noise ``v_s`` only adds independent variation, so these are the conservative
+numbers). Candidates: S-BSVM with ``m`` inducing points (k-means), mean-field and (up to
+``m = 128``, :data:`LR_MAX`) with linear response. For each: the ratio of its sd of
+``f(x*)`` to the reference's (median and 5 %-95 % range), the error of its mean in
+reference sds (median), the reference's probability mass inside its central 90 % interval
+(averaged over the test points: 0.90 for an exact posterior), ``|p - p_ref|`` (mean), its
+test error and NLPD, and its time. ``--nuts`` checks the reference against NUTS on the same
+problem (:func:`nuts_check`).
+
+Each ``n`` runs in a process of its own, so that its peak memory is its own::
+
+    python -m benchmarks.sbsvm_truth --sizes 2000 5000 10000 --nuts 2000
+
+``--report`` rebuilds ``README.md`` and the figure from the ``n*.json`` files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ._common import machine_note, markdown_table, peak_rss_mb
+
+N_TEST = 500
+M_VALUES = (16, 32, 64, 128, 256, 512)
+CHAINS = 4
+LR_MAX = 128
+"""Largest ``m`` with linear response: its ``P x P`` matrices (``P = m (m + 3) / 2``) take
+3 x 0.56 GB at ``m = 128`` and 3 x 8.8 GB at 256, beyond this machine's 24 GB."""
+
+
+def problem(n: int, seed: int = 3):
+    """``susy`` rows: training ``(X, y)`` and the held-out ``(X_test, y_test)``,
+    standardised by the training rows."""
+    from ppl_bsvm import datasets
+
+    X, y = datasets.susy(n + N_TEST, seed=seed)
+    mean, sd = X[:n].mean(axis=0), X[:n].std(axis=0)
+    X = (X - mean) / sd
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def learned_kernel(X, y):
+    """The RBF kernel with the hyperparameters S-BSVM learns (``m = 64``)."""
+    import ppl_bsvm
+    from ppl_bsvm import kernels
+
+    fit = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=64,
+                       learn_hyperparameters=True, seed=0)
+    h = fit.hyperparameters
+    return kernels.RBF(lengthscale=float(h["lengthscale"]), variance=float(h["variance"]))
+
+
+def reference(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
+    """The Gibbs reference: its predictive moments and probabilities at the test points, the
+    draws' kriging means and variances, and its diagnostics and costs."""
+    import arviz as az
+
+    import ppl_bsvm
+
+    t0 = time.perf_counter()
+    fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, seed=0,
+                       num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
+                       max_predictive_draws=CHAINS * draws, progress_bar=False)
+    wall = time.perf_counter() - t0
+    means, variances = (a.reshape(CHAINS * draws, -1) for a in _predictive(fit, X_test, draws))
+    by_chain = az.convert_to_dataset({"f_test": means.reshape(CHAINS, draws, -1)})
+    ess = np.asarray(az.ess(by_chain, method="bulk")["f_test"])
+    rhat = np.asarray(az.rhat(by_chain)["f_test"])
+    stats = fit.idata["sample_stats"]
+    return {
+        "means": means, "variances": variances,
+        "p": np.asarray(fit.predict_proba(X_test)),
+        "time_s": wall, "timings": dict(fit.timings),
+        "ms_per_sweep": 1e3 * fit.timings["mcmc"] / (warmup + draws),
+        "ess_bulk_min_f_test": float(ess.min()), "rhat_max_f_test": float(rhat.max()),
+        "ess_bulk_min_f": float(fit.idata.attrs.get("ess_bulk_min", np.nan)),
+        "rhat_max_f": float(fit.idata.attrs.get("rhat_max", np.nan)),
+        "cg_iters_mean": float(stats["cg_iters"].mean()),
+        "cg_fallback": int(stats["cg_fallback"].sum()),
+        "warmup": warmup, "draws": draws, "chains": CHAINS,
+    }
+
+
+def _predictive(fit, X_test, draws: int):
+    """The draws' kriging means ``(chains, draws, n*)`` and variances at the test points (in
+    float64: the predictor's function is the library's inside, not an entry point)."""
+    import jax
+
+    with jax.enable_x64(True):
+        means, variances = fit.predictor.draws_latent_fn(X_test)
+    return (np.asarray(means).reshape(CHAINS, draws, -1),
+            np.asarray(variances).reshape(CHAINS, draws, -1))
+
+
+def nuts_check(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
+    """NUTS (``fit(method="nuts")``, 4 chains) against Gibbs on the same problem: for the
+    latent mean and the second moment of ``f(x*)`` at every test point, the difference in
+    units of the two runs' combined Monte-Carlo standard error (``az.mcse`` of the draws'
+    ``m_s`` and ``m_s^2 + v_s``): the largest, and the fraction above 3 (0.27 % for exact
+    samplers)."""
+    import arviz as az
+
+    import ppl_bsvm
+
+    out = {}
+    stats = {}
+    for method, seed in (("gibbs", 0), ("nuts", 1)):
+        t0 = time.perf_counter()
+        fit = ppl_bsvm.fit(X, y, model="gp", method=method, kernel=kernel, seed=seed,
+                           num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
+                           max_predictive_draws=CHAINS * draws, progress_bar=False)
+        out[f"{method}_time_s"] = time.perf_counter() - t0
+        m, v = _predictive(fit, X_test, draws)
+        ds = az.convert_to_dataset({"mean": m, "second": m**2 + v})
+        est = {k: np.asarray(ds[k].mean(("chain", "draw"))) for k in ("mean", "second")}
+        se = {k: np.asarray(az.mcse(ds, method="mean")[k]) for k in ("mean", "second")}
+        out[f"{method}_ess_bulk_min"] = float(np.asarray(az.ess(ds, method="bulk")["mean"]).min())
+        stats[method] = (est, se)
+    for k in ("mean", "second"):
+        z = (stats["gibbs"][0][k] - stats["nuts"][0][k]) / np.hypot(stats["gibbs"][1][k],
+                                                                     stats["nuts"][1][k])
+        out[f"z_{k}_max"] = float(np.abs(z).max())
+        out[f"z_{k}_above_3"] = float(np.mean(np.abs(z) > 3.0))
+    return out
+
+
+def _mixture_mass(means, variances, lo, hi):
+    """``P(lo <= f <= hi)`` under the mixture of ``N(means_s, variances_s)``, per column."""
+    from scipy.special import ndtr
+
+    sd = np.sqrt(np.maximum(variances, 1e-300))
+    return np.mean(ndtr((hi - means) / sd) - ndtr((lo - means) / sd), axis=0)
+
+
+def compare(ref: dict, mean, var, p, y_test) -> dict:
+    """The candidate's numbers against the reference (module doc)."""
+    from ppl_bsvm import metrics
+
+    ref_mean = ref["means"].mean(axis=0)
+    ref_sd = np.sqrt(ref["variances"].mean(axis=0) + ref["means"].var(axis=0))
+    sd = np.sqrt(np.maximum(var, 0.0))
+    ratio = sd / ref_sd
+    half = 1.6448536269514722 * sd
+    coverage = _mixture_mass(ref["means"], ref["variances"], mean - half, mean + half)
+    report = metrics.classification_report(y_test, p)
+    return {
+        "sd_ratio_median": float(np.median(ratio)),
+        "sd_ratio_5": float(np.quantile(ratio, 0.05)),
+        "sd_ratio_95": float(np.quantile(ratio, 0.95)),
+        "mean_error_sds": float(np.median(np.abs(mean - ref_mean) / ref_sd)),
+        "coverage_90": float(np.mean(coverage)),
+        "p_error": float(np.mean(np.abs(p - ref["p"]))),
+        "test_error": report["error"], "test_nlpd": report["nlpd"],
+    }
+
+
+def candidates(X, y, X_test, y_test, kernel, ref: dict, m_values) -> list[dict]:
+    """S-BSVM at each ``m``, mean-field and with linear response."""
+    import ppl_bsvm
+
+    rows = []
+    for m in m_values:
+        if m >= X.shape[0]:
+            continue
+        for response in (False, True) if m <= LR_MAX else (False,):
+            t0 = time.perf_counter()
+            fit = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=m, kernel=kernel,
+                               linear_response=response, seed=0)
+            wall = time.perf_counter() - t0
+            mean, var = fit.predict_latent(X_test)
+            rows.append({"engine": "S-BSVM", "m": m,
+                         "covariance": fit.idata.attrs.get("covariance",
+                                                           "linear response" if response
+                                                           else "mean-field"),
+                         "linear_response": response, "time_s": wall,
+                         **compare(ref, mean, var, fit.predict_proba(X_test), y_test)})
+    return rows
+
+
+def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False) -> dict:
+    X, y, X_test, y_test = problem(n)
+    t0 = time.perf_counter()
+    kernel = learned_kernel(X, y)
+    t_kernel = time.perf_counter() - t0
+    if nuts:
+        return {"n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
+                "nuts_check": nuts_check(X, y, X_test, kernel, warmup, draws),
+                "warmup": warmup, "draws": draws, "machine": machine_note()}
+    ref = reference(X, y, X_test, kernel, warmup, draws)
+    peak_reference = peak_rss_mb()
+    rows = candidates(X, y, X_test, y_test, kernel, ref, m_values)
+    ref_report = compare(ref, ref["means"].mean(axis=0),
+                         ref["variances"].mean(axis=0) + ref["means"].var(axis=0), ref["p"],
+                         y_test)
+    return {
+        "n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
+        "variance": float(kernel.variance), "time_kernel_s": t_kernel,
+        "reference": {k: v for k, v in ref.items() if k not in ("means", "variances", "p")},
+        "reference_test_error": ref_report["test_error"],
+        "reference_test_nlpd": ref_report["test_nlpd"],
+        "peak_rss_mb_reference": peak_reference,
+        "candidates": rows, "machine": machine_note(),
+    }
+
+
+def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False):
+    cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
+           "--warmup", str(warmup), "--draws", str(draws),
+           "--m", *map(str, m_values), "--out", str(out)] + (["--nuts-child"] if nuts else [])
+    subprocess.run(cmd, check=True)
+
+
+def _fmt(x, spec=".3f"):
+    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+
+
+def write_report(out: Path) -> None:
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("n*.json"),
+                                                          key=lambda p: int(p.stem[1:]))]
+    checks = [json.loads(p.read_text()) for p in sorted(out.glob("nuts*.json"),
+                                                         key=lambda p: int(p.stem[4:]))]
+    if not results:
+        return
+    lines = ["# S-BSVM's uncertainty against the exact GP Gibbs sampler (`susy`)", "",
+             "`python -m benchmarks.sbsvm_truth` (module doc: the problem, the reference, "
+             "the measures).", "", "## The reference", ""]
+    rows = []
+    for r in results:
+        ref = r["reference"]
+        rows.append([r["n"], f"{ref['chains']} x ({ref['warmup']} + {ref['draws']})",
+                     _fmt(ref["time_s"], ".0f"), _fmt(ref["ms_per_sweep"], ".0f"),
+                     _fmt(ref["cg_iters_mean"], ".1f"), _fmt(ref["ess_bulk_min_f_test"], ".0f"),
+                     _fmt(ref["rhat_max_f_test"]), _fmt(ref["ess_bulk_min_f"], ".0f"),
+                     _fmt(r["peak_rss_mb_reference"] / 1024, ".2f"),
+                     _fmt(r["lengthscale"]), _fmt(r["reference_test_error"])])
+    lines += [markdown_table(["n", "chains x (warmup + draws)", "wall s (all of fit())",
+                              "ms per sweep of 4 chains", "CG iterations per solve",
+                              "smallest bulk ESS, f at 500 test points", "largest R-hat",
+                              "smallest bulk ESS, f at training points", "peak RSS GB",
+                              "lengthscale", "test error"], rows), ""]
+    lines += ["## S-BSVM against it", ""]
+    rows = []
+    for r in results:
+        for c in r["candidates"]:
+            rows.append([r["n"], c["m"], "LR" if c["linear_response"] else "MF", c["covariance"],
+                         _fmt(c["sd_ratio_median"]),
+                         f"{_fmt(c['sd_ratio_5'])} - {_fmt(c['sd_ratio_95'])}",
+                         _fmt(c["mean_error_sds"]), _fmt(c["coverage_90"]), _fmt(c["p_error"]),
+                         _fmt(c["test_error"]), _fmt(c["test_nlpd"]), _fmt(c["time_s"], ".1f")])
+    lines += [markdown_table(["n", "m", "", "covariance used", "sd ratio (median)",
+                              "sd ratio 5 %-95 %", "mean error (ref. sds)", "90 % coverage",
+                              "mean abs(p - p_ref)", "test error", "NLPD", "time s"], rows), ""]
+    if checks:
+        lines += ["## Gibbs against NUTS on the same problem", "",
+                  "Each run's estimate of the mean and of the second moment of f(x*) at the "
+                  "500 test points (from the draws' kriging conditionals), the difference in "
+                  "units of the two runs' combined Monte-Carlo standard error.", ""]
+        lines += [markdown_table(
+            ["n", "chains x (warmup + draws)", "Gibbs s", "NUTS s",
+             "smallest bulk ESS (Gibbs / NUTS)", "largest z, mean", "share of z > 3, mean",
+             "largest z, second moment", "share of z > 3, second moment"],
+            [[c["n"], f"{CHAINS} x ({c['warmup']} + {c['draws']})",
+              _fmt(c["nuts_check"]["gibbs_time_s"], ".0f"),
+              _fmt(c["nuts_check"]["nuts_time_s"], ".0f"),
+              f"{_fmt(c['nuts_check']['gibbs_ess_bulk_min'], '.0f')} / "
+              f"{_fmt(c['nuts_check']['nuts_ess_bulk_min'], '.0f')}",
+              _fmt(c["nuts_check"]["z_mean_max"], ".2f"),
+              _fmt(c["nuts_check"]["z_mean_above_3"], ".3f"),
+              _fmt(c["nuts_check"]["z_second_max"], ".2f"),
+              _fmt(c["nuts_check"]["z_second_above_3"], ".3f")] for c in checks]), ""]
+    lines += ["![sd ratio and coverage against m](sd_ratio_coverage.png)", "",
+              "Machine: " + results[-1]["machine"], ""]
+    (out / "README.md").write_text("\n".join(lines))
+    _figure(results, out / "sd_ratio_coverage.png")
+
+
+def _figure(results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for r in results:
+        for response, style in ((False, "--"), (True, "-")):
+            rows = [c for c in r["candidates"] if c["linear_response"] == response]
+            if not rows:
+                continue
+            m = [c["m"] for c in rows]
+            label = f"n = {r['n']}, {'linear response' if response else 'mean-field'}"
+            axes[0].plot(m, [c["sd_ratio_median"] for c in rows], style, marker="o", label=label)
+            axes[1].plot(m, [c["coverage_90"] for c in rows], style, marker="o", label=label)
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[1].axhline(0.9, color="k", lw=0.8)
+    for ax, title in zip(axes, ("median sd ratio of f(x*) (S-BSVM / Gibbs)",
+                                "reference mass in S-BSVM's 90 % interval")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("inducing points m")
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[2000, 5000, 10000])
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--m", type=int, nargs="*", default=list(M_VALUES))
+    parser.add_argument("--out", type=Path, default=Path("reports/sbsvm_truth"))
+    parser.add_argument("--report", action="store_true", help="only rebuild the report")
+    parser.add_argument("--nuts", type=int, nargs="*", default=[],
+                        help="sizes at which Gibbs is checked against NUTS (no candidates)")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--nuts-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.child is not None:
+        nuts = args.nuts_child
+        result = run(args.child, args.warmup, args.draws, args.m, nuts=nuts)
+        name = f"nuts{args.child}.json" if nuts else f"n{args.child}.json"
+        (args.out / name).write_text(json.dumps(result, indent=1))
+        return 0
+    if not args.report:
+        for n in args.sizes:
+            _child(n, args.warmup, args.draws, args.m, args.out)
+            write_report(args.out)
+        for n in args.nuts:
+            _child(n, args.warmup, args.draws, args.m, args.out, nuts=True)
+            write_report(args.out)
+    write_report(args.out)
+    print((args.out / "README.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -297,15 +297,17 @@ def _figure(results, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for r in results:
+    for r, color in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         for response, style in ((False, "--"), (True, "-")):
             rows = [c for c in r["candidates"] if c["linear_response"] == response]
             if not rows:
                 continue
             m = [c["m"] for c in rows]
             label = f"n = {r['n']}, {'linear response' if response else 'mean-field'}"
-            axes[0].plot(m, [c["sd_ratio_median"] for c in rows], style, marker="o", label=label)
-            axes[1].plot(m, [c["coverage_90"] for c in rows], style, marker="o", label=label)
+            axes[0].plot(m, [c["sd_ratio_median"] for c in rows], style, marker="o",
+                         color=color, label=label)
+            axes[1].plot(m, [c["coverage_90"] for c in rows], style, marker="o", color=color,
+                         label=label)
     axes[0].axhline(1.0, color="k", lw=0.8)
     axes[1].axhline(0.9, color="k", lw=0.8)
     for ax, title in zip(axes, ("median sd ratio of f(x*) (S-BSVM / Gibbs)",

@@ -87,6 +87,7 @@ def measure(n: int, repeats: int, full: bool) -> dict:
                     "sd_difference_median": float(np.median(diff)),
                     "sd_difference_max": float(diff.max())})
     out["peak_rss_mb"] = peak_rss_mb()
+    out["machine"] = machine_note()
     return out
 
 
@@ -105,12 +106,12 @@ def write_report(results: list[dict], out: Path) -> str:
         "`python -m benchmarks.sbsvm_response_scale` (module doc).", "",
         markdown_table(["n", "m", "mean-field fit s", "linear-response fit s",
                         "of which the correction s", "rows in the moments",
-                        "estimated MC error of the sds of u", "polish sweeps",
+                        "estimated MC error of the sds of f", "polish sweeps",
                         "correction with the full sum s",
                         "sd of f*: subsample vs full sum, median / max difference",
                         "sd of f*: mean-field / linear response (median)", "covariance"],
                        rows), "",
-        f"Machine: {machine_note()}.", ""])
+        f"Machine: {results[-1].get('machine') or machine_note()}.", ""])
     out.mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text(text)
     (out / "results.json").write_text(json.dumps(results, indent=1))

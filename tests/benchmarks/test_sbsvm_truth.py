@@ -41,3 +41,17 @@ def test_the_reference_moments_are_the_mixtures():
     mass = 0.5 * (stats.norm.cdf(1.6448536269514722 * np.sqrt(2) + 1)
                   - stats.norm.cdf(-1.6448536269514722 * np.sqrt(2) + 1)) * 2
     assert out["coverage_90"] == pytest.approx(mass)
+
+
+def test_the_response_scale_report_keeps_the_runs_machine(tmp_path):
+    from benchmarks import sbsvm_response_scale
+
+    row = {"n": 100000, "m": 64, "status": "linear response", "rows": 20160,
+           "mc_error": 0.0026, "polish_sweeps": 23, "mean_field_s": 1.47,
+           "linear_response_s": 5.48, "correction_s": 3.93, "full_correction_s": 7.67,
+           "sd_difference_median": 0.0005, "sd_difference_max": 0.0237,
+           "sd_ratio_mean_field_median": 0.989, "machine": "the run's machine, load 1.75"}
+    text = sbsvm_response_scale.write_report([row], tmp_path)
+    assert ("| 100000 | 64 | 1.47 | 5.48 | 3.93 | 20160 | 0.26 % | 23 | 7.67 | 0.05 % / 2.37 % "
+            "| 0.989 | linear response |") in text
+    assert "Machine: the run's machine, load 1.75." in text

@@ -306,9 +306,12 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     ``n`` is checked here). Each sweep solves one system with ``K + diag(lam) / gamma``: by a
     Cholesky factor, or, when ``K``'s spectrum makes it cheaper (a smooth kernel, ``n`` in the
     hundreds or more), by conjugate gradients to working precision
-    (``ppl_bsvm.inference.mcmc.pcg``: one eigendecomposition of ``K`` here, before the
-    chains start); ``sample_stats`` records the iterations (``cg_iters``, 0 on the Cholesky
-    path) and any solve that fell back to the factor (``cg_fallback``).
+    (``ppl_bsvm.inference.mcmc.pcg``: the top of ``K``'s spectrum here, before the chains
+    start, by an eigendecomposition up to 2048 points and a randomized range finder beyond);
+    ``sample_stats`` records the iterations (``cg_iters``, 0 on the Cholesky path) and any
+    solve that fell back to the factor (``cg_fallback``). At ``n = 10^4`` (``susy``, 18
+    features) a sweep of 4 chains takes 0.7 s on 2 cores and the default run 12 minutes in
+    5.5 GB (``reports/sbsvm_truth``).
 
     Parameters
     ----------

@@ -531,7 +531,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         m = 100), or with fewer points than about ``P`` an ``n x n`` system instead (not
         the O(m^3) one might hope for: sbsvm_response says why). Beyond ``16 P`` points the
         moments come from a random subsample of ``8 P`` rows, grown fourfold until the
-        estimated Monte-Carlo error of the sds of ``u`` is at most 0.5 % (attributes
+        estimated Monte-Carlo error of the sds of ``f`` is at most 0.5 % (attributes
         ``response_rows`` and ``response_mc_error``). Where the fixed point is
         not converged or the covariance not positive definite, a ``ConvergenceWarning`` and
         the mean-field answer.

@@ -57,7 +57,7 @@ preconditioner holds changes how many iterations a solve takes, never its answer
 so that data sets of similar spectra share compiled programs, at most :data:`RANK_MAX`) that
 minimises the predicted flops of a solve per chain, ``n r^2 + r^3 / 3`` to set up the
 preconditioner and :func:`predicted_iterations` of ``n^2 + 4 n r``, and keeps the Cholesky
-factor (rank 0) when its ``n^3 / 3`` is cheaper: at small ``n``, or for a rough kernel. The
+factor (rank 0) when its ``n^3 / 3`` is cheaper, and below :data:`MIN_N` points. The
 iterations grow with the flattened tail against the smallest noises (``lam / gamma``, of
 order ``1 / gamma^2`` on the margin): ``4 + 30 gamma sqrt(d_{r+1} - c)`` fits the measured
 counts on ``susy`` at ``n = 2000`` (53, 32, 18, 11, 7 at ranks 32 to 512, the fit 53, 35,
@@ -102,6 +102,10 @@ EXACT_MAX = 2048
 
 OVERSAMPLE = 64
 """Columns the range finder draws beyond :data:`RANK_MAX`."""
+
+MIN_N = 65
+"""Below this many points the Cholesky path whatever the spectrum: the sweep measured as fast
+either way near ``n = 65`` on Banana (the loop's overhead against an ``n^3 / 3`` factor)."""
 
 ITER_BASE, ITER_SLOPE = 4.0, 30.0
 """:func:`predicted_iterations`: ``ITER_BASE + ITER_SLOPE gamma sqrt(tail)`` (module doc)."""
@@ -176,6 +180,8 @@ def pcg_rank(eigenvalues, gamma: float = 1.0, n: int | None = None,
     """
     d = np.sort(np.asarray(eigenvalues, dtype=float))
     n = d.shape[0] if n is None else int(n)
+    if n < MIN_N:
+        return 0
     c = _tail_floor(d) if floor is None else max(float(floor), 1e-13 * float(d[-1]))
     best_rank, best = 0, solve_flops(n, 0, 0.0)
     for r in range(RANK_STEP, min(RANK_MAX, n - 1, d.shape[0] - 1) + 1, RANK_STEP):

@@ -70,6 +70,8 @@ def test_rank_rule():
     assert pcg.pcg_rank(d, gamma=3.0) == _rule_by_brute_force(d, 3.0, 300, d[0])
     assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(25))) == 0
     assert pcg.preconditioner(_banana_K(25)) is None
+    assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(64))) == 0  # below MIN_N
+    assert pcg.pcg_rank(np.linalg.eigvalsh(_banana_K(80))) > 0
     # a flat spectrum far above the floor: 4 + 30 sqrt(100) iterations of n^2 > n^3 / 3
     flat = np.concatenate([[1e-6], np.full(299, 100.0)])
     assert pcg.pcg_rank(flat) == 0

@@ -231,10 +231,12 @@ def _fmt(x, spec=".3f"):
 
 
 def write_report(out: Path) -> None:
-    results = [json.loads(p.read_text()) for p in sorted(out.glob("n*.json"),
-                                                          key=lambda p: int(p.stem[1:]))]
-    checks = [json.loads(p.read_text()) for p in sorted(out.glob("nuts*.json"),
-                                                         key=lambda p: int(p.stem[4:]))]
+    def runs(prefix):
+        found = [p for p in out.glob(f"{prefix}*.json") if p.stem[len(prefix):].isdigit()]
+        return [json.loads(p.read_text())
+                for p in sorted(found, key=lambda p: int(p.stem[len(prefix):]))]
+
+    results, checks = runs("n"), runs("nuts")
     if not results:
         return
     lines = ["# S-BSVM's uncertainty against the exact GP Gibbs sampler (`susy`)", "",

@@ -111,25 +111,6 @@ def gp_sampler_bytes(copies: int):
     return memory
 
 
-def gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
-    """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (the set-up's ``K`` and its
-    check's copy and factor, the sampler's ``K`` and factor, the predictor's factor), the kept
-    draws, and per chain the window of learned directions, beyond 512 dimensions its last 512
-    draws of ``f`` (``inference.mcmc.sweep.WINDOW_DRAWS``; the ``n x n`` covariance below)."""
-    chains = int(options.get("num_chains", 4))
-    directions = options.get("directions", None)
-    if isinstance(directions, int) and directions == 0:
-        window = 0
-    elif isinstance(directions, str) or n <= 512:  # "all": n directions, n x n
-        window = n * n
-    else:
-        window = 512 * n
-    return (6 * n * n + kept_draws(n, options) + chains * window) * FLOAT
-
-
-gibbs_gp_bytes.hint = SAMPLER_HINT
-
-
 def coefficients(d: int, options: dict) -> int:
     """``p``: the linear model's coefficients (``d``, and the intercept unless turned off)."""
     return d + (0 if options.get("intercept", True) is False else 1)

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from ... import models
 from ..._checks import boolean, open_interval
 from ..._cost import LINEAR_HINT, check_refined, cholesky, fit_name
-from ..._memory import coefficients, gibbs_gp_bytes, linear_bytes
+from ..._memory import FLOAT, SAMPLER_HINT, coefficients, kept_draws, linear_bytes
 from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
@@ -71,7 +71,7 @@ from ._common import (
     run_mcmc,
 )
 from .driver import ChainKernel
-from .estimates import gibbs_gp_flops
+from .estimates import _gp_directions, gibbs_gp_flops
 from . import pcg as _pcg
 from .gibbs_kernel import (
     _SUPPORTED,
@@ -86,7 +86,7 @@ from .gibbs_kernel import (
 
 # A saved fit pickles its chains' last state by reference to these classes' module; they were
 # defined here before the sampler was split, so the names stay for fits saved then.
-from .sweep import GibbsState, LineMoves  # noqa: F401  isort: skip
+from .sweep import WINDOW_DRAWS, GibbsState, LineMoves, _keeps_draws  # noqa: F401  isort: skip
 
 __all__ = [
     "GibbsOptions",
@@ -199,6 +199,20 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
     return 2 * p * p + (p * p if learned else 0) + 2 * k * p + k * n
 
 
+def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
+    """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (the set-up's ``K`` and its
+    check's copy and factor, the sampler's ``K`` and factor, the predictor's factor), the kept
+    draws, and each chain's warmup window where it has directions (``sweep._fresh_moves``):
+    the ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its last draws."""
+    k, _ = _gp_directions(n, options)
+    window = 0 if k == 0 else (WINDOW_DRAWS if _keeps_draws(k, n) else n) * n
+    chains = int(options.get("num_chains", 4))
+    return (6 * n * n + kept_draws(n, options) + chains * window) * FLOAT
+
+
+_gibbs_gp_bytes.hint = SAMPLER_HINT
+
+
 def _line_directions(options: dict, p: int) -> tuple[int, bool]:
     """``(k, learned)``: the number of line-move directions the options ask for (``"all"`` or
     None: ``p``) and whether they are learned in warmup (a number > 0) or fixed (an array)."""
@@ -297,7 +311,7 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
 
 
 @register("gibbs", ("gp",), options=GibbsGPOptions, budget="num_samples",
-          memory=gibbs_gp_bytes, flops=gibbs_gp_flops)
+          memory=_gibbs_gp_bytes, flops=gibbs_gp_flops)
 def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
              resume: Fit | None = None) -> Approximation:
     """Exact Gibbs sampler (Henao et al. 2014) for the GP Bayesian SVM, fixed hyperparameters.

@@ -120,7 +120,7 @@ def _fresh_moves(V, data, U=None, mean=None) -> LineMoves:
         center = U @ mean
     # rho = 1 to start with (forgotten within tens of sweeps), the default spacing
     place = jnp.broadcast_to(jnp.asarray([1.0, 1.0, _SPACING], V.dtype), (k, 3))
-    window = (WINDOW_DRAWS, d) if _keeps_draws(k, d) else (d, d)
+    window = (0, d) if k == 0 else (WINDOW_DRAWS, d) if _keeps_draws(k, d) else (d, d)
     return LineMoves(V, dm, jnp.stack([Pv, U], axis=2), white, jnp.sum(V * Pv, axis=1), center,
                      place, jnp.zeros((), V.dtype), jnp.zeros((d,), V.dtype),
                      jnp.zeros(window, V.dtype))
@@ -314,14 +314,16 @@ def _white(z, data):
     return solve_triangular(data.chol_K, z["f"], lower=True)
 
 
-def _quad_and_margins(z, data):
-    """Prior quadratic form ``beta^T Sigma^-1 beta`` or ``f^T K^-1 f``, and the margins."""
-    return jnp.sum(_white(z, data) ** 2), _margins(z, data)
+def _prior_terms(z, data):
+    """``z``'s whitened coordinates (:func:`_white`), its prior quadratic form ``beta^T
+    Sigma^-1 beta`` or ``f^T K^-1 f`` (their squared norm) and its margins."""
+    white = _white(z, data)
+    return white, jnp.sum(white**2), _margins(z, data)
 
 
 def log_density(z, data):
     """``log p(z | y)`` up to a constant, for ``z = {"beta": ...}`` or ``{"f": ...}``."""
-    quad, margins = _quad_and_margins(z, data)
+    _, quad, margins = _prior_terms(z, data)
     return _lp(quad, margins, data.gamma)
 
 
@@ -426,8 +428,7 @@ def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsStat
     form computed afresh (the moves update the margins incrementally, and rounding would
     accumulate over the sweeps), and ``lam | z`` if ``draw_lam``."""
     z = {next(iter(state.z)): value}
-    white, margins = _white(z, data), _margins(z, data)
-    quad = jnp.sum(white**2)
+    white, quad, margins = _prior_terms(z, data)
     if draw_lam:
         lam, n_floored = _floored_lam(key, margins, data.gamma)
     else:
@@ -449,8 +450,7 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
             n = data.y.shape[0]
             z = {"f": data.chol_K @ random.normal(key, (n,), data.K.dtype)}
     z = {k: jnp.asarray(v) for k, v in z.items()}
-    white, margins = _white(z, data), _margins(z, data)
-    quad = jnp.sum(white**2)
+    white, quad, margins = _prior_terms(z, data)
     # lam is filled by the first sweep; ones are a placeholder of the right shape. Strong
     # dtypes everywhere, so that the loop carry never changes type (no recompilation).
     int0 = jnp.zeros((), jnp.int32)

@@ -130,6 +130,7 @@ __all__ = [
     "moments_add",
     "moments_gram",
     "sites_precision_factor",
+    "sites_factors",
     "sites_dense_factor",
     "moments_flops",
     "dense_flops",
@@ -465,9 +466,15 @@ def sites_precision_factor(chol_prec, G):
     """Lower Cholesky factor ``P_L R_xx`` of the linear-response precision (module doc) from
     the mean-field precision's factor ``P_L`` and ``G = sum_i u_i u_i^T`` formed with
     ``S = P_L^{-T}``; NaN where ``I - G`` is not positive definite."""
+    return sites_factors(chol_prec, G)[0]
+
+
+def sites_factors(chol_prec, G):
+    """:func:`sites_precision_factor` and the lower Cholesky factor ``R`` of ``I - G`` it is
+    taken from (for more solves with ``I - G``)."""
     m, P = chol_prec.shape[0], G.shape[0]
     R = jnp.linalg.cholesky(jnp.eye(P, dtype=G.dtype) - 0.5 * (G + G.T))
-    return chol_prec @ R[P - m:, P - m:]
+    return chol_prec @ R[P - m:, P - m:], R
 
 
 def sites_dense_factor(chol_prec, W, r, g, own):

@@ -262,7 +262,7 @@ def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, ch
     the subsample's rows is ``mc_error``. (The sds of ``u`` are noisier: at ``10^5`` points,
     ``m = 64`` and 20,160 rows their error was 5 %, estimated 5.1 %, where the sds of ``f``
     at 500 held-out points moved by 0.05 % (median) and 2.4 % at most.) Returns the
-    precision factor (as ``lrvb.sites_precision_factor``) and ``mc_error``."""
+    precision factor (``lrvb.sites_factors``) and ``mc_error``."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     S = cov_factor(chol_P)
@@ -291,13 +291,13 @@ def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, ch
     GA, GB = lrvb.moments_gram(A), lrvb.moments_gram(B)
     G, dG = 0.5 * (GA + GB), 0.5 * (GA - GB)
     P = G.shape[0]
-    R = jnp.linalg.cholesky(jnp.eye(P, dtype=G.dtype) - 0.5 * (G + G.T))
+    factor, R = lrvb.sites_factors(chol_P, G)
     X = cho_solve((R, True), jnp.eye(P, m, -(P - m), dtype=G.dtype))
     # var f_i = y_i^T [(I - G)^-1]_xx y_i + ktilde_i (y_i = P_L^-1 psi_i), and its change
     var = jnp.sum(Y * (X[P - m:] @ Y), axis=0) + ktilde
     dvar = jnp.sum(Y * ((X.T @ (0.5 * (dG + dG.T)) @ X) @ Y), axis=0)
     error = jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2))
-    return chol_P @ R[P - m:, P - m:], error
+    return factor, error
 
 
 def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):

@@ -8,8 +8,17 @@ chains; its latent predictive at the test points is the mixture of the draws' kr
 conditionals ``N(m_s(x*), v_s(x*))``, and its convergence is judged on the draws' means
 ``m_s(x*)`` (the smallest bulk ESS and largest R-hat over the 500 test points; the
 conditional noise ``v_s`` only adds independent variation, so these are the conservative
-numbers). Candidates: S-BSVM with ``m`` inducing points (k-means), mean-field and (up to
-``m = 128``, :data:`LR_MAX`) with linear response. For each: the ratio of its sd of
+numbers). The chains are extended (``ppl_bsvm.resume``) until that smallest bulk ESS reaches
+:data:`ESS_TARGET` or the draws :data:`DRAWS_MAX` per chain; the reference's draws are kept in
+``cache/`` (git-ignored), so that ``--reuse`` adds candidates without sampling again.
+
+Candidates: S-BSVM with ``m`` inducing points (k-means), mean-field and (up to ``m = 128``,
+:data:`LR_MAX`) with linear response; and at the same hyperparameters (:data:`OTHERS`) B-BSVM
+(full ``q(f)``, mean-field and with linear response) and ECM up to :data:`EXACT_MAX` points,
+and with 128 inducing points SVGP (Hensman et al.: a probit GP classifier, another likelihood,
+so its ``f`` is on another scale: its sd ratio says how its uncertainty compares, not how
+right it is) and NumPyro's ADVI (its default full-covariance normal guide on the inducing
+values of the sparse GP BSVM). For each: the ratio of its sd of
 ``f(x*)`` to the reference's (median and 5 %-95 % range), the error of its mean in
 reference sds (median), the reference's probability mass inside its central 90 % interval
 (averaged over the test points: 0.90 for an exact posterior), ``|p - p_ref|`` (mean), its
@@ -19,6 +28,7 @@ problem (:func:`nuts_check`).
 Each ``n`` runs in a process of its own, so that its peak memory is its own::
 
     python -m benchmarks.sbsvm_truth --sizes 2000 5000 10000 --nuts 2000
+    python -m benchmarks.sbsvm_truth --sizes 10000 --reuse     # new candidates, same reference
 
 ``--report`` rebuilds ``README.md`` and the figure from the ``n*.json`` files.
 """
@@ -42,6 +52,22 @@ CHAINS = 4
 LR_MAX = 128
 """Largest ``m`` with linear response: its ``P x P`` matrices (``P = m (m + 3) / 2``) take
 3 x 0.56 GB at ``m = 128`` and 3 x 8.8 GB at 256, beyond this machine's 24 GB."""
+ESS_TARGET = 1000
+"""The reference runs until the smallest bulk ESS of ``f`` at the test points is this large."""
+DRAWS_MAX = 4000
+"""... or until each chain has this many draws."""
+EXACT_MAX = 5000
+"""Largest ``n`` for the ``O(n^3)``-per-iteration engines (B-BSVM: 13.6 s at 2,000 points,
+about 1,700 s at 10^4 by the cube law)."""
+OTHERS = (
+    ("B-BSVM", "gp", "vi", {}, EXACT_MAX, "q(f), mean-field in (f, lambda)"),
+    ("B-BSVM", "gp", "vi", {"linear_response": True}, EXACT_MAX, "linear response"),
+    ("ECM", "gp", "ecm", {}, EXACT_MAX, "f given the MAP's lambda"),
+    ("SVGP", "sparse_gp", "svgp", {"num_inducing": 128}, None, "q(u), probit likelihood"),
+    ("ADVI", "sparse_gp", "advi", {"num_inducing": 128}, None, "NumPyro's mvn guide on u"),
+)
+"""The other candidates: ``(engine, model, method, options, largest n or None, what its
+covariance of f is)``."""
 
 
 def problem(n: int, seed: int = 3):
@@ -66,25 +92,33 @@ def learned_kernel(X, y):
     return kernels.RBF(lengthscale=float(h["lengthscale"]), variance=float(h["variance"]))
 
 
-def reference(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
+def reference(X, y, X_test, kernel, warmup: int, draws: int,
+              ess_target: float = ESS_TARGET, draws_max: int = DRAWS_MAX) -> dict:
     """The Gibbs reference: its predictive moments and probabilities at the test points, the
-    draws' kriging means and variances, and its diagnostics and costs."""
-    import arviz as az
-
+    draws' kriging means and variances, and its diagnostics and costs. The chains are extended
+    until the smallest bulk ESS of the means at the test points reaches ``ess_target`` or
+    ``draws_max`` draws per chain (:func:`more_draws`)."""
     import ppl_bsvm
 
     t0 = time.perf_counter()
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, seed=0,
                        num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
-                       max_predictive_draws=CHAINS * draws, progress_bar=False)
+                       max_predictive_draws=CHAINS * draws_max, progress_bar=False)
+    sampled = [draws]
+    while True:
+        means, variances = _predictive(fit, X_test)
+        ess, rhat = _convergence(means)
+        longer = more_draws(draws, float(ess.min()), ess_target, draws_max)
+        if longer is None:
+            break
+        draws = longer
+        fit = ppl_bsvm.resume(fit, X, y, num_samples=draws, progress_bar=False)
+        sampled.append(draws)
     wall = time.perf_counter() - t0
-    means, variances = (a.reshape(CHAINS * draws, -1) for a in _predictive(fit, X_test, draws))
-    by_chain = az.convert_to_dataset({"f_test": means.reshape(CHAINS, draws, -1)})
-    ess = np.asarray(az.ess(by_chain, method="bulk")["f_test"])
-    rhat = np.asarray(az.rhat(by_chain)["f_test"])
     stats = fit.idata["sample_stats"]
     return {
-        "means": means, "variances": variances,
+        "means": means.reshape(CHAINS * draws, -1),
+        "variances": variances.reshape(CHAINS * draws, -1),
         "p": np.asarray(fit.predict_proba(X_test)),
         "time_s": wall, "timings": dict(fit.timings),
         "ms_per_sweep": 1e3 * fit.timings["mcmc"] / (warmup + draws),
@@ -93,19 +127,64 @@ def reference(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
         "rhat_max_f": float(fit.idata.attrs.get("rhat_max", np.nan)),
         "cg_iters_mean": float(stats["cg_iters"].mean()),
         "cg_fallback": int(stats["cg_fallback"].sum()),
-        "warmup": warmup, "draws": draws, "chains": CHAINS,
+        "warmup": warmup, "draws": draws, "chains": CHAINS, "draws_per_run": sampled,
     }
 
 
-def _predictive(fit, X_test, draws: int):
+def more_draws(draws: int, ess_min: float, ess_target: float, draws_max: int) -> int | None:
+    """Draws per chain for the next extension: 15 % more than ``draws`` times the ESS still
+    wanted (``ess_target / ess_min``), rounded up to hundreds, at most ``draws_max``; None when
+    the target is met or the draws are at the cap. (ESS grows about linearly with the draws of
+    chains past their warmup.)"""
+    if ess_min >= ess_target or draws >= draws_max:
+        return None
+    wanted = 1.15 * draws * ess_target / max(ess_min, 1.0)
+    return int(min(draws_max, max(draws + 100, 100 * np.ceil(wanted / 100))))
+
+
+def _convergence(means):
+    """Bulk ESS and R-hat of ``means (chains, draws, n*)``, per test point."""
+    import arviz as az
+
+    by_chain = az.convert_to_dataset({"f_test": means})
+    return (np.asarray(az.ess(by_chain, method="bulk")["f_test"]),
+            np.asarray(az.rhat(by_chain)["f_test"]))
+
+
+def _predictive(fit, X_test):
     """The draws' kriging means ``(chains, draws, n*)`` and variances at the test points (in
     float64: the predictor's function is the library's inside, not an entry point)."""
     import jax
 
     with jax.enable_x64(True):
         means, variances = fit.predictor.draws_latent_fn(X_test)
-    return (np.asarray(means).reshape(CHAINS, draws, -1),
-            np.asarray(variances).reshape(CHAINS, draws, -1))
+    chains, draws = fit.posterior.sizes["chain"], fit.posterior.sizes["draw"]
+    return (np.asarray(means).reshape(chains, draws, -1),
+            np.asarray(variances).reshape(chains, draws, -1))
+
+
+REFERENCE_ARRAYS = ("means", "variances", "p")
+
+
+def save_reference(ref: dict, kernel, path: Path) -> None:
+    """The reference's draws and numbers, with the hyperparameters they were sampled at."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    numbers = {k: v for k, v in ref.items() if k not in REFERENCE_ARRAYS}
+    np.savez(path, **{k: ref[k] for k in REFERENCE_ARRAYS},
+             numbers=json.dumps(numbers), kernel=np.array([float(np.ravel(kernel.lengthscale)[0]),
+                                                           float(kernel.variance)]))
+
+
+def load_reference(path: Path, kernel) -> dict | None:
+    """The reference saved at ``path`` for these hyperparameters, else None."""
+    if not path.exists():
+        return None
+    with np.load(path) as saved:
+        wanted = [float(np.ravel(kernel.lengthscale)[0]), float(kernel.variance)]
+        if not np.allclose(saved["kernel"], wanted, rtol=1e-12, atol=0):
+            return None
+        return {**json.loads(str(saved["numbers"])),
+                **{k: np.asarray(saved[k]) for k in REFERENCE_ARRAYS}}
 
 
 def nuts_check(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
@@ -126,7 +205,7 @@ def nuts_check(X, y, X_test, kernel, warmup: int, draws: int) -> dict:
                            num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
                            max_predictive_draws=CHAINS * draws, progress_bar=False)
         out[f"{method}_time_s"] = time.perf_counter() - t0
-        m, v = _predictive(fit, X_test, draws)
+        m, v = _predictive(fit, X_test)
         ds = az.convert_to_dataset({"mean": m, "second": m**2 + v})
         est = {k: np.asarray(ds[k].mean(("chain", "draw"))) for k in ("mean", "second")}
         se = {k: np.asarray(az.mcse(ds, method="mean")[k]) for k in ("mean", "second")}
@@ -170,8 +249,16 @@ def compare(ref: dict, mean, var, p, y_test) -> dict:
     }
 
 
+def _measured(engine: str, m, covariance: str, response: bool, fit, wall, ref, X_test,
+              y_test) -> dict:
+    mean, var = fit.predict_latent(X_test)
+    return {"engine": engine, "m": m, "covariance": covariance, "linear_response": response,
+            "time_s": wall, "stop_reason": fit.stop_reason,
+            **compare(ref, mean, var, fit.predict_proba(X_test), y_test)}
+
+
 def candidates(X, y, X_test, y_test, kernel, ref: dict, m_values) -> list[dict]:
-    """S-BSVM at each ``m``, mean-field and with linear response."""
+    """S-BSVM at each ``m``, mean-field and with linear response, then :data:`OTHERS`."""
     import ppl_bsvm
 
     rows = []
@@ -183,17 +270,25 @@ def candidates(X, y, X_test, y_test, kernel, ref: dict, m_values) -> list[dict]:
             fit = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=m, kernel=kernel,
                                linear_response=response, seed=0)
             wall = time.perf_counter() - t0
-            mean, var = fit.predict_latent(X_test)
-            rows.append({"engine": "S-BSVM", "m": m,
-                         "covariance": fit.idata.attrs.get("covariance",
-                                                           "linear response" if response
-                                                           else "mean-field"),
-                         "linear_response": response, "time_s": wall,
-                         **compare(ref, mean, var, fit.predict_proba(X_test), y_test)})
+            covariance = fit.idata.attrs.get("covariance",
+                                             "linear response" if response else "mean-field")
+            rows.append(_measured("S-BSVM", m, covariance, response, fit, wall, ref, X_test,
+                                  y_test))
+    for engine, model, method, options, n_max, covariance in OTHERS:
+        if n_max is not None and X.shape[0] > n_max:
+            continue
+        t0 = time.perf_counter()
+        fit = ppl_bsvm.fit(X, y, model=model, method=method, kernel=kernel, seed=0, **options)
+        wall = time.perf_counter() - t0
+        response = bool(options.get("linear_response", False))
+        covariance = fit.idata.attrs.get("covariance", covariance)
+        rows.append(_measured(engine, options.get("num_inducing"), covariance, response, fit,
+                              wall, ref, X_test, y_test))
     return rows
 
 
-def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False) -> dict:
+def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
+        cache: Path | None = None, reuse: bool = False) -> dict:
     X, y, X_test, y_test = problem(n)
     t0 = time.perf_counter()
     kernel = learned_kernel(X, y)
@@ -202,8 +297,14 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False) -> dict:
         return {"n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
                 "nuts_check": nuts_check(X, y, X_test, kernel, warmup, draws),
                 "warmup": warmup, "draws": draws, "machine": machine_note()}
-    ref = reference(X, y, X_test, kernel, warmup, draws)
-    peak_reference = peak_rss_mb()
+    saved = load_reference(cache, kernel) if reuse and cache is not None else None
+    ref = saved
+    if ref is None:
+        ref = reference(X, y, X_test, kernel, warmup, draws)
+        ref["peak_rss_mb"] = peak_rss_mb()  # before the candidates: the sampler's own
+        if cache is not None:
+            save_reference(ref, kernel, cache)
+    peak_reference = ref["peak_rss_mb"]
     rows = candidates(X, y, X_test, y_test, kernel, ref, m_values)
     ref_report = compare(ref, ref["means"].mean(axis=0),
                          ref["variances"].mean(axis=0) + ref["means"].var(axis=0), ref["p"],
@@ -219,10 +320,12 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False) -> dict:
     }
 
 
-def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False):
+def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False,
+           reuse: bool = False):
     cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
            "--warmup", str(warmup), "--draws", str(draws),
            "--m", *map(str, m_values), "--out", str(out)] + (["--nuts-child"] if nuts else [])
+    cmd += ["--reuse"] if reuse else []
     subprocess.run(cmd, check=True)
 
 
@@ -256,16 +359,24 @@ def write_report(out: Path) -> None:
                               "smallest bulk ESS, f at 500 test points", "largest R-hat",
                               "smallest bulk ESS, f at training points", "peak RSS GB",
                               "lengthscale", "test error"], rows), ""]
-    lines += ["## S-BSVM against it", ""]
+    lines += ["## The candidates against it", "",
+              "S-BSVM at each number of inducing points m, then the other engines at the same "
+              "hyperparameters (B-BSVM and ECM up to "
+              f"{EXACT_MAX} points; SVGP and ADVI with 128 inducing points). MF: the "
+              "mean-field fit's covariance; LR: its linear-response correction. SVGP's "
+              "likelihood is the probit's, not the BSVM's: its f is another model's.", ""]
     rows = []
     for r in results:
         for c in r["candidates"]:
-            rows.append([r["n"], c["m"], "LR" if c["linear_response"] else "MF", c["covariance"],
+            engine = c.get("engine", "S-BSVM")
+            kind = ("LR" if c["linear_response"] else
+                    "MF" if engine in ("S-BSVM", "B-BSVM") else "-")
+            rows.append([r["n"], engine, _fmt(c["m"], "d"), kind, c["covariance"],
                          _fmt(c["sd_ratio_median"]),
                          f"{_fmt(c['sd_ratio_5'])} - {_fmt(c['sd_ratio_95'])}",
                          _fmt(c["mean_error_sds"]), _fmt(c["coverage_90"]), _fmt(c["p_error"]),
                          _fmt(c["test_error"]), _fmt(c["test_nlpd"]), _fmt(c["time_s"], ".1f")])
-    lines += [markdown_table(["n", "m", "", "covariance used", "sd ratio (median)",
+    lines += [markdown_table(["n", "engine", "m", "", "covariance used", "sd ratio (median)",
                               "sd ratio 5 %-95 %", "mean error (ref. sds)", "90 % coverage",
                               "mean abs(p - p_ref)", "test error", "NLPD", "time s"], rows), ""]
     if checks:
@@ -300,8 +411,9 @@ def _figure(results, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for r, color in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        sbsvm = [c for c in r["candidates"] if c.get("engine", "S-BSVM") == "S-BSVM"]
         for response, style in ((False, "--"), (True, "-")):
-            rows = [c for c in r["candidates"] if c["linear_response"] == response]
+            rows = [c for c in sbsvm if c["linear_response"] == response]
             if not rows:
                 continue
             m = [c["m"] for c in rows]
@@ -310,6 +422,11 @@ def _figure(results, path: Path) -> None:
                          color=color, label=label)
             axes[1].plot(m, [c["coverage_90"] for c in rows], style, marker="o", color=color,
                          label=label)
+        for engine, marker in (("SVGP", "s"), ("ADVI", "^")):
+            for c in (c for c in r["candidates"] if c.get("engine") == engine):
+                for ax, key in zip(axes, ("sd_ratio_median", "coverage_90")):
+                    ax.plot([c["m"]], [c[key]], marker, color=color, mfc="none", ms=8,
+                            label=f"n = {r['n']}, {engine}" if ax is axes[0] else None)
     axes[0].axhline(1.0, color="k", lw=0.8)
     axes[1].axhline(0.9, color="k", lw=0.8)
     for ax, title in zip(axes, ("median sd ratio of f(x*) (S-BSVM / Gibbs)",
@@ -331,6 +448,9 @@ def main(argv=None) -> int:
     parser.add_argument("--m", type=int, nargs="*", default=list(M_VALUES))
     parser.add_argument("--out", type=Path, default=Path("reports/sbsvm_truth"))
     parser.add_argument("--report", action="store_true", help="only rebuild the report")
+    parser.add_argument("--reuse", action="store_true",
+                        help="take the reference from cache/ when it was sampled at the same "
+                             "hyperparameters (only the candidates run)")
     parser.add_argument("--nuts", type=int, nargs="*", default=[],
                         help="sizes at which Gibbs is checked against NUTS (no candidates)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -339,13 +459,14 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None:
         nuts = args.nuts_child
-        result = run(args.child, args.warmup, args.draws, args.m, nuts=nuts)
+        result = run(args.child, args.warmup, args.draws, args.m, nuts=nuts,
+                     cache=args.out / "cache" / f"reference{args.child}.npz", reuse=args.reuse)
         name = f"nuts{args.child}.json" if nuts else f"n{args.child}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
         return 0
     if not args.report:
         for n in args.sizes:
-            _child(n, args.warmup, args.draws, args.m, args.out)
+            _child(n, args.warmup, args.draws, args.m, args.out, reuse=args.reuse)
             write_report(args.out)
         for n in args.nuts:
             _child(n, args.warmup, args.draws, args.m, args.out, nuts=True)

@@ -43,6 +43,36 @@ def test_the_reference_moments_are_the_mixtures():
     assert out["coverage_90"] == pytest.approx(mass)
 
 
+def test_the_reference_grows_by_the_ess_it_lacks_and_stops_at_the_target_or_the_cap():
+    # 224 of 1,000 after 500 draws: 1.15 x 500 x 1000 / 224 = 2567, in hundreds
+    assert sbsvm_truth.more_draws(500, 224.0, 1000, 4000) == 2600
+    assert sbsvm_truth.more_draws(500, 1000.0, 1000, 4000) is None
+    assert sbsvm_truth.more_draws(4000, 10.0, 1000, 4000) is None
+    assert sbsvm_truth.more_draws(500, 10.0, 1000, 4000) == 4000
+    # close to the target: still at least 100 more draws, never as many as before
+    assert sbsvm_truth.more_draws(500, 999.0, 1000, 4000) == 600
+
+
+def test_a_saved_reference_is_reused_only_at_its_hyperparameters(tmp_path):
+    from ppl_bsvm import kernels
+
+    rng = np.random.default_rng(1)
+    ref = {"means": rng.normal(size=(8, 3)), "variances": rng.gamma(2.0, 1.0, (8, 3)),
+           "p": rng.uniform(size=3), "time_s": 12.5, "draws_per_run": [100, 200],
+           "peak_rss_mb": 1024.0}
+    kernel = kernels.RBF(lengthscale=20.529, variance=34.2)
+    path = tmp_path / "cache" / "reference2000.npz"
+    sbsvm_truth.save_reference(ref, kernel, path)
+    back = sbsvm_truth.load_reference(path, kernel)
+    assert set(back) == set(ref)
+    for k in ("means", "variances", "p"):
+        np.testing.assert_array_equal(back[k], ref[k])
+    assert back["time_s"] == 12.5 and back["draws_per_run"] == [100, 200]
+    other = kernels.RBF(lengthscale=20.53, variance=34.2)
+    assert sbsvm_truth.load_reference(path, other) is None
+    assert sbsvm_truth.load_reference(tmp_path / "none.npz", kernel) is None
+
+
 def test_the_response_scale_report_keeps_the_runs_machine(tmp_path):
     from benchmarks import sbsvm_response_scale
 
@@ -55,3 +85,32 @@ def test_the_response_scale_report_keeps_the_runs_machine(tmp_path):
     assert ("| 100000 | 64 | 1.47 | 5.48 | 3.93 | 20160 | 0.26 % | 23 | 7.67 | 0.05 % / 2.37 % "
             "| 0.989 | linear response |") in text
     assert "Machine: the run's machine, load 1.75." in text
+
+
+def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
+    import json
+
+    measures = {"sd_ratio_median": 1.0, "sd_ratio_5": 0.9, "sd_ratio_95": 1.1,
+                "mean_error_sds": 0.1, "coverage_90": 0.9, "p_error": 0.01, "test_error": 0.2,
+                "test_nlpd": 0.45, "time_s": 2.0, "stop_reason": "tol"}
+    rows = [{"engine": "S-BSVM", "m": 64, "covariance": "mean-field", "linear_response": False},
+            {"engine": "S-BSVM", "m": 64, "covariance": "linear response",
+             "linear_response": True},
+            {"engine": "ECM", "m": None, "covariance": "f given the MAP's lambda",
+             "linear_response": False},
+            {"engine": "ADVI", "m": 128, "covariance": "NumPyro's mvn guide on u",
+             "linear_response": False}]
+    reference = {"chains": 4, "warmup": 500, "draws": 1300, "time_s": 80.0,
+                 "ms_per_sweep": 40.0, "cg_iters_mean": 6.0, "ess_bulk_min_f_test": 1012.0,
+                 "rhat_max_f_test": 1.004, "ess_bulk_min_f": 990.0}
+    (tmp_path / "n2000.json").write_text(json.dumps({
+        "n": 2000, "lengthscale": 20.5, "variance": 34.2, "reference": reference,
+        "reference_test_error": 0.204, "peak_rss_mb_reference": 1200.0,
+        "candidates": [{**r, **measures} for r in rows], "machine": "the run's machine"}))
+    sbsvm_truth.write_report(tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert "| 2000 | 4 x (500 + 1300) | 80 | 40 | 6.0 | 1012 | 1.004 | 990 |" in text
+    assert "| 2000 | S-BSVM | 64 | LR | linear response | 1.000 |" in text
+    assert "| 2000 | ECM | - | - | f given the MAP's lambda | 1.000 |" in text
+    assert "| 2000 | ADVI | 128 | - | NumPyro's mvn guide on u | 1.000 |" in text
+    assert (tmp_path / "sd_ratio_coverage.png").exists()

@@ -29,6 +29,7 @@ Each ``n`` runs in a process of its own, so that its peak memory is its own::
 
     python -m benchmarks.sbsvm_truth --sizes 2000 5000 10000 --nuts 2000
     python -m benchmarks.sbsvm_truth --sizes 10000 --reuse     # new candidates, same reference
+    python -m benchmarks.sbsvm_truth --sizes --scale 20000 --warmup 50 --draws 50
 
 ``--report`` rebuilds ``README.md`` and the figure from the ``n*.json`` files.
 """
@@ -320,12 +321,43 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
     }
 
 
+def scale(n: int, warmup: int, draws: int) -> dict:
+    """GP Gibbs alone at ``n`` points, a short run (``--scale``): its set-up, time per sweep
+    and peak memory, with the library's memory estimate, where a reference run to
+    :data:`ESS_TARGET` would take hours."""
+    import ppl_bsvm
+    from ppl_bsvm.inference.mcmc.gibbs import _gibbs_gp_bytes
+
+    X, y, _, _ = problem(n)
+    kernel = learned_kernel(X, y)
+    before = peak_rss_mb()
+    t0 = time.perf_counter()
+    fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, seed=0,
+                       num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
+                       progress_bar=False)
+    wall = time.perf_counter() - t0
+    stats = fit.idata["sample_stats"]
+    options = {"num_chains": CHAINS, "num_warmup": warmup, "num_samples": draws}
+    return {
+        "n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
+        "warmup": warmup, "draws": draws, "chains": CHAINS, "time_s": wall,
+        "set_up_s": wall - fit.timings["mcmc"],
+        "ms_per_sweep": 1e3 * fit.timings["mcmc"] / (warmup + draws),
+        "cg_iters_mean": float(stats["cg_iters"].mean()),
+        "cg_fallback": int(stats["cg_fallback"].sum()),
+        "peak_rss_mb_before": before, "peak_rss_mb": peak_rss_mb(),
+        "estimate_mb": _gibbs_gp_bytes(n, X.shape[1], options) / 2**20,
+        "machine": machine_note(),
+    }
+
+
 def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False,
-           reuse: bool = False):
+           reuse: bool = False, scaling: bool = False):
     cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
            "--warmup", str(warmup), "--draws", str(draws),
            "--m", *map(str, m_values), "--out", str(out)] + (["--nuts-child"] if nuts else [])
     cmd += ["--reuse"] if reuse else []
+    cmd += ["--scale-child"] if scaling else []
     subprocess.run(cmd, check=True)
 
 
@@ -339,7 +371,7 @@ def write_report(out: Path) -> None:
         return [json.loads(p.read_text())
                 for p in sorted(found, key=lambda p: int(p.stem[len(prefix):]))]
 
-    results, checks = runs("n"), runs("nuts")
+    results, checks, scaled = runs("n"), runs("nuts"), runs("scale")
     if not results:
         return
     lines = ["# S-BSVM's uncertainty against the exact GP Gibbs sampler (`susy`)", "",
@@ -397,6 +429,20 @@ def write_report(out: Path) -> None:
               _fmt(c["nuts_check"]["z_mean_above_3"], ".3f"),
               _fmt(c["nuts_check"]["z_second_max"], ".2f"),
               _fmt(c["nuts_check"]["z_second_above_3"], ".3f")] for c in checks]), ""]
+    if scaled:
+        lines += ["## GP Gibbs beyond the reference sizes", "",
+                  "A short run of the sampler alone (`--scale`): the set-up is everything "
+                  "in fit() but the sweeps (the kernel matrix, its factor and spectrum, the "
+                  "compilation, the predictor); the estimate is the library's, which "
+                  "`InsufficientMemoryError` compares with the memory available.", ""]
+        lines += [markdown_table(
+            ["n", "chains x (warmup + draws)", "wall s", "set-up s", "ms per sweep of 4 chains",
+             "CG iterations per solve", "peak RSS GB", "estimate GB", "lengthscale"],
+            [[c["n"], f"{c['chains']} x ({c['warmup']} + {c['draws']})",
+              _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
+              _fmt(c["ms_per_sweep"], ".0f"), _fmt(c["cg_iters_mean"], ".1f"),
+              _fmt(c["peak_rss_mb"] / 1024, ".2f"), _fmt(c["estimate_mb"] / 1024, ".2f"),
+              _fmt(c["lengthscale"])] for c in scaled]), ""]
     lines += ["![sd ratio and coverage against m](sd_ratio_coverage.png)", "",
               "Machine: " + results[-1]["machine"], ""]
     (out / "README.md").write_text("\n".join(lines))
@@ -453,10 +499,18 @@ def main(argv=None) -> int:
                              "hyperparameters (only the candidates run)")
     parser.add_argument("--nuts", type=int, nargs="*", default=[],
                         help="sizes at which Gibbs is checked against NUTS (no candidates)")
+    parser.add_argument("--scale", type=int, nargs="*", default=[],
+                        help="sizes at which GP Gibbs alone runs --warmup + --draws sweeps "
+                             "(time and memory; no candidates)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nuts-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.child is not None and args.scale_child:
+        result = scale(args.child, args.warmup, args.draws)
+        (args.out / f"scale{args.child}.json").write_text(json.dumps(result, indent=1))
+        return 0
     if args.child is not None:
         nuts = args.nuts_child
         result = run(args.child, args.warmup, args.draws, args.m, nuts=nuts,
@@ -470,6 +524,9 @@ def main(argv=None) -> int:
             write_report(args.out)
         for n in args.nuts:
             _child(n, args.warmup, args.draws, args.m, args.out, nuts=True)
+            write_report(args.out)
+        for n in args.scale:
+            _child(n, args.warmup, args.draws, args.m, args.out, scaling=True)
             write_report(args.out)
     write_report(args.out)
     print((args.out / "README.md").read_text())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
@@ -19,7 +20,7 @@ from ...exceptions import ConvergenceWarning, DivergenceWarning
 from ..._idata import make_idata
 from ...data import Problem
 from ...predictive import MixturePredictor
-from .._common import GPSetup
+from .._common import GPSetup, check_kernel_matrix
 from ..latent import GPDraws, Latent, draws_padded, gp_draws, linear_draws
 from .driver import Draws, sample_chains
 
@@ -31,7 +32,7 @@ __all__ = [
     "MCMCCheckpoint",
     "MCMCRun",
     "check_finite",
-    "check_positive_definite",
+    "kernel_factor",
     "run_mcmc",
     "mcmc_approximation",
     "thin_draws",
@@ -353,15 +354,35 @@ def warn_convergence(summary: dict, config: Sampler) -> None:
     )
 
 
-def check_positive_definite(setup: GPSetup) -> None:
-    """``ValueError`` unless the sampler's ``K`` (jitter included) has a Cholesky factor."""
-    try:
-        np.linalg.cholesky(np.asarray(setup.K))
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
-            "positive definite; increase jitter or check the kernel parameters"
-        ) from None
+def kernel_factor(setup: GPSetup, kernel) -> jnp.ndarray:
+    """The lower Cholesky factor of the sampler's ``K`` (jitter included), which is also the
+    check that ``K`` is positive definite: the GP samplers and the predictor of their draws
+    share this one factorisation (at ``n = 10^4`` each is several seconds). Its ``setup`` comes
+    from ``gp_setup(..., check=False)``.
+
+    Raises
+    ------
+    ValueError
+        When ``K`` has no factor: :func:`~ppl_bsvm.inference._common.check_kernel_matrix`'s
+        error when ``K`` is not finite or not positive semi-definite, else one naming the
+        jitter (a singular ``K``, which the engines that solve in the ``I + S K S`` form
+        accept, but a sampler's draws from ``N(0, K)`` cannot).
+    """
+    chol, ok = _checked_cholesky(setup.K)
+    if bool(ok):
+        return chol
+    del chol
+    check_kernel_matrix(setup.K, kernel, setup.jitter)
+    raise ValueError(
+        f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
+        "positive definite; increase jitter or check the kernel parameters"
+    )
+
+
+@jax.jit
+def _checked_cholesky(K):
+    chol = jnp.linalg.cholesky(K)
+    return chol, jnp.all(jnp.isfinite(chol))
 
 
 def thin_draws(draws, max_draws: int):
@@ -389,12 +410,12 @@ def linear_predictor(beta_draws, intercept: bool, config: Sampler, gamma: float)
                             link=config.link, gamma=gamma)
 
 
-def gp_predictor(kernel, setup: GPSetup, f_draws, config: Sampler, gamma: float):
+def gp_predictor(kernel, setup: GPSetup, f_draws, config: Sampler, gamma: float, chol):
     r"""``f* | f_s ~ N(k*^T K^{-1} f_s, k** - k*^T K^{-1} k*)`` for each kept draw ``f_s``.
 
-    ``K`` is the sampler's (jitter included); ``K^{-1} f_s`` is solved once at fit time.
+    ``K`` is the sampler's (jitter included), ``chol`` its factor (:func:`kernel_factor`);
+    ``K^{-1} f_s`` is solved once at fit time.
     """
-    chol = jnp.linalg.cholesky(setup.K)
     F, draws = draws_padded(thin_draws(f_draws, config.max_predictive_draws))  # (S_pad, n)
     A = cho_solve((chol, True), jnp.asarray(F.T))  # (n, S_pad)
     arrays = GPDraws(setup.X, setup.params, chol, A)

@@ -15,7 +15,7 @@ from ...engine import Approximation, Sampler, Temperature
 from ...kernels import Kernel
 from .._common import gp_setup, linear_setup
 from ..marginal import gp_inputs, linear_inputs
-from ._common import check_positive_definite, gp_predictor, linear_predictor, mcmc_approximation
+from ._common import gp_predictor, kernel_factor, linear_predictor, mcmc_approximation
 
 __all__ = ["MarginalSamplerOptions", "marginal_linear_fit", "marginal_gp_fit", "gp_memory_hint"]
 
@@ -57,15 +57,16 @@ def marginal_linear_fit(problem: Problem, options, key, resume, *, method: str,
 
 def marginal_gp_fit(problem: Problem, options, key, kernel: Kernel, resume, *, method: str,
                     run: Callable, stats: Callable) -> Approximation:
-    """The GP engine (``K`` checked positive definite), as :func:`marginal_linear_fit` on
-    ``f``."""
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)
+    """The GP engine (``K`` checked positive definite by its factor, which the predictor
+    shares), as :func:`marginal_linear_fit` on ``f``."""
+    setup = gp_setup(problem, kernel, options.jitter, check=False)
+    chol = kernel_factor(setup, kernel)
     inputs = gp_inputs(setup, options.gamma)
     result = run("f", problem.n, kernel, inputs, options, key, resume)
     return mcmc_approximation(
         result, options, method=method, model="gp", problem=problem,
         sample_stats=stats(result),
-        predictor=gp_predictor(kernel, setup, result.samples["f"], options, options.gamma),
+        predictor=gp_predictor(kernel, setup, result.samples["f"], options, options.gamma,
+                               chol),
         kernel_params=setup.params, jitter=setup.jitter,
     )

@@ -64,8 +64,8 @@ from ...kernels import Kernel
 from ...result import Fit
 from .._common import gp_setup, linear_setup
 from ._common import (
-    check_positive_definite,
     gp_predictor,
+    kernel_factor,
     linear_predictor,
     mcmc_approximation,
     run_mcmc,
@@ -353,8 +353,8 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     max_predictive_draws, link, resume
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)  # the sweep factorises K itself (gp_setup accepts a singular K)
+    setup = gp_setup(problem, kernel, options.jitter, check=False)
+    chol = kernel_factor(setup, kernel)  # the check, the draws' factor and the predictor's
     spec = _pcg.spectrum(setup.K, setup.jitter)
     rank = _pcg.chosen_rank(spec, options.gamma)
     pcg = _pcg.from_spectrum(spec, rank)
@@ -367,12 +367,15 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
                   gibbs_gp_flops.hint(problem.n, problem.d, settings))
     del spec  # its n x s eigenvectors, beyond the preconditioner's n x r
     inputs = {"X": setup.X, "y": setup.y, "params": setup.params, "gamma": options.gamma,
-              "jitter": setup.jitter, "pcg": pcg}
+              "jitter": setup.jitter, "pcg": pcg, "chol_K": chol}
+    # the chains build their own K (an n^2 d product, against the n^3 / 3 of a factor): this
+    # one would otherwise stay alive beside theirs
+    setup = setup._replace(K=None)
     run = _run_gibbs(models.gp_bsvm, inputs, kernel, key=key, options=options, resume=resume,
                      dim=problem.n)
     return mcmc_approximation(
         run, options, method="gibbs", model="gp", problem=problem,
         sample_stats=_gibbs_stats(run.extra),
-        predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma),
+        predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma, chol),
         kernel_params=setup.params, jitter=setup.jitter,
     )

@@ -98,7 +98,8 @@ def _gp_data(args: dict) -> GPData:
     y = _check_labels(args["y"]).astype(X.dtype)
     params = kernel.init_params(np.asarray(X)) if args["params"] is None else args["params"]
     K = gram(kernel, params, X, args["jitter"])
-    chol_K = jnp.linalg.cholesky(K)
+    # the engine's factor of the same K (mcmc._common.kernel_factor, already checked)
+    chol_K = args["chol_K"] if "chol_K" in args else jnp.linalg.cholesky(K)
     if _concrete(chol_K) and not bool(jnp.all(jnp.isfinite(chol_K))):
         raise ValueError(
             f"the kernel matrix K + jitter (jitter={args['jitter']:g}, relative) is not "

@@ -32,11 +32,12 @@ from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
 from ...kernels import Kernel
 from ...predictive import MixturePredictor
 from ...result import Fit
-from .._common import gp_setup, linear_setup
+from .._common import check_kernel_matrix, gp_setup, linear_setup
 from ..inducing import INDUCING_METHODS, choose_inducing, inducing_prior
 from ..latent import GPHyperDraws, Latent, SparseDraws, gp_hyper_draws, sparse_draws
 from ._common import (
     gp_predictor,
+    kernel_factor,
     linear_predictor,
     mcmc_approximation,
     run_mcmc,
@@ -380,8 +381,12 @@ def nuts_gp(problem: Problem, options: NUTSGPOptions, *, key, kernel: Kernel,
     ``SlowFitWarning`` gives the estimate before any work
     (:mod:`ppl_bsvm.inference.mcmc.estimates`).
     """
-    setup = gp_setup(problem, kernel, options.jitter)
+    setup = gp_setup(problem, kernel, options.jitter, check=False)
     priors = _resolve_hyperpriors(options.hyperpriors, kernel, setup.params)
+    if priors:  # K changes with every draw: this one is only checked
+        check_kernel_matrix(setup.K, kernel, setup.jitter)
+    else:  # the predictor's factor, and the check that the sampler's K has one
+        chol = kernel_factor(setup, kernel)
     model_kwargs = {"kernel": kernel, "params": setup.params, "augmented": options.augmented,
                     "gamma": options.gamma, "jitter": setup.jitter, "hyperpriors": priors}
     run, stats = _nuts_run(models.gp_bsvm, (setup.X, setup.y), model_kwargs, options, key,
@@ -394,7 +399,8 @@ def nuts_gp(problem: Problem, options: NUTSGPOptions, *, key, kernel: Kernel,
         )
         kernel_params = _posterior_kernel_params(kernel, setup.params, run.samples, names)
     else:
-        predictor = gp_predictor(kernel, setup, run.samples["f"], options, options.gamma)
+        predictor = gp_predictor(kernel, setup, run.samples["f"], options, options.gamma,
+                                 chol)
         kernel_params = setup.params
     return mcmc_approximation(
         run, options, method="nuts", model="gp", problem=problem, sample_stats=stats,

@@ -77,7 +77,7 @@ from ..loop import run
 from ..marginal import gp_inputs
 from ..mcmc._common import (
     all_draws,
-    check_positive_definite,
+    kernel_factor,
     gp_predictor,
     linear_predictor,
 )
@@ -493,12 +493,13 @@ def advi_gp(problem: Problem, options: ADVIGPOptions, *, key, kernel: Kernel,
     link, resume
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)
+    setup = gp_setup(problem, kernel, options.jitter, check=False)
+    chol = kernel_factor(setup, kernel)
     data = gp_inputs(setup, options.gamma)
     result, draws, ratios, seconds = _advi(_static("gp", options, data, kernel), data,
                                            options, key, resume, "f")
-    predictor = gp_predictor(kernel, setup, draws[None], all_draws(options), options.gamma)
+    predictor = gp_predictor(kernel, setup, draws[None], all_draws(options), options.gamma,
+                             chol)
     return _approximation(problem, options, result, draws, ratios, seconds, "f", "gp",
                           predictor, kernel_params=setup.params, jitter=setup.jitter)
 

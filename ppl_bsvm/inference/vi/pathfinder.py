@@ -51,7 +51,7 @@ from .._common import gaussian_idata, gp_setup, linear_setup
 from .psis import MIN_DRAWS, psis
 from ..mcmc._common import (
     all_draws,
-    check_positive_definite,
+    kernel_factor,
     gp_predictor,
     linear_predictor,
 )
@@ -270,11 +270,11 @@ def pathfinder_gp(problem: Problem, options: PathfinderGPOptions, *, key,
     num_paths, max_iter, maxcor, num_elbo_draws, num_draws, link
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter)
-    check_positive_definite(setup)
+    setup = gp_setup(problem, kernel, options.jitter, check=False)
+    chol = kernel_factor(setup, kernel)
     inputs = gp_inputs(setup, options.gamma)
     result = _pathfinder(problem, options, key, kernel, inputs, problem.n)
     predictor = gp_predictor(kernel, setup, result[0][None], all_draws(options),
-                             options.gamma)
+                             options.gamma, chol)
     return _approximation(problem, options, "f", *result, predictor, None, "gp",
                           kernel_params=setup.params, jitter=setup.jitter)

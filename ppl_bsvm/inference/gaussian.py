@@ -60,7 +60,9 @@ def factor(K, noise) -> NoisyFactor:
     # sweep at n = 5000 although the loop rarely runs); the same factor up to rounding
     diagonal = jnp.arange(K.shape[0])
     B = (s[:, None] * K * s[None, :]).at[diagonal, diagonal].add(1.0)
-    return NoisyFactor(jnp.linalg.cholesky(B), s)
+    # its lower triangle, as LAPACK reads it: jnp.linalg.cholesky would first average B with
+    # its transpose (two more n x n temporaries) for a B symmetric to rounding
+    return NoisyFactor(jax.lax.linalg.cholesky(B, symmetrize_input=False), s)
 
 
 @jax.jit

@@ -74,6 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 from jax.scipy.linalg import solve_triangular
+from jax.custom_batching import custom_vmap
 
 from .. import gaussian
 from . import pcg
@@ -255,6 +256,31 @@ def _unless(done, compute, value, operands):
     return jax.lax.while_loop(lambda carry: ~carry[0], body, (done, value))[1]
 
 
+def _by_cholesky(K, noise, b):
+    """``x = (K + diag(noise))^{-1} b`` and ``K x``, by a Cholesky factor."""
+    x = gaussian.solve(gaussian.factor(K.T, noise), b)
+    return x, K @ x
+
+
+@custom_vmap
+def _by_chain(K, noise, b):
+    """:func:`_by_cholesky`, one chain at a time under ``vmap`` (:func:`_one_chain_at_a_time`):
+    as the conjugate-gradient solve's fallback, it would otherwise hold a factor per chain (8
+    ``n x n`` temporaries for 4 chains, 26 GB at 2 x 10^4 points, reserved by every sweep's
+    program though the fallback rarely runs); LAPACK factorises a batch one matrix at a time
+    anyway."""
+    return _by_cholesky(K, noise, b)
+
+
+@_by_chain.def_vmap
+def _one_chain_at_a_time(axis_size, in_batched, K, noise, b):
+    if in_batched[0]:  # a K per chain: nothing to share
+        return jax.vmap(_by_cholesky)(K, noise, b), (True, True)
+    noise, b = (a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
+                for a, batched in zip((noise, b), in_batched[1:]))
+    return jax.lax.map(lambda a: _by_chain(K, *a), (noise, b)), (True, True)
+
+
 def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None,
            prev_white=None) -> FDraw:
     r""":func:`sample_f` with its solver's record (:class:`FDraw`).
@@ -287,15 +313,12 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
         shrink = jnp.sqrt(1.0 - overrelax**2)
         base, b = overrelax * prev + shrink * f0, (1.0 - overrelax) * target - shrink * f0_e
 
-    def by_cholesky(noise, b):
-        x = gaussian.solve(gaussian.factor(K, noise), b)
-        return x, K @ x
-
-    if pre is None:
-        (x, Kx), iters, fallback = by_cholesky(noise, b), 0, False
+    if pre is None:  # the same code as the fallback's: a chain's draw does not depend on the path
+        (x, Kx), iters, fallback = _by_chain(K, noise, b), 0, False
     else:
         cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)
-        x, Kx = _unless(cg.ok, by_cholesky, (cg.x, cg.Kx), (noise, b))
+        x, Kx = _unless(cg.ok, lambda noise, b: _by_chain(K, noise, b), (cg.x, cg.Kx),
+                        (noise, b))
         iters, fallback = cg.iters, ~cg.ok
     if plain:
         white = xi[0] + x @ chol_K

@@ -73,8 +73,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import random
-from jax.scipy.linalg import solve_triangular
 from jax.custom_batching import custom_vmap
+from jax.scipy.linalg import solve_triangular
 
 from .. import gaussian
 from . import pcg
@@ -313,7 +313,7 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
         shrink = jnp.sqrt(1.0 - overrelax**2)
         base, b = overrelax * prev + shrink * f0, (1.0 - overrelax) * target - shrink * f0_e
 
-    if pre is None:  # the same code as the fallback's: a chain's draw does not depend on the path
+    if pre is None:  # the fallback's code: a chain's draw does not depend on the path
         (x, Kx), iters, fallback = _by_chain(K, noise, b), 0, False
     else:
         cg = pcg.solve(pre, K, noise, b, pcg.TOL, pcg.MAX_ITER)

@@ -77,8 +77,8 @@ from ..loop import run
 from ..marginal import gp_inputs
 from ..mcmc._common import (
     all_draws,
-    kernel_factor,
     gp_predictor,
+    kernel_factor,
     linear_predictor,
 )
 from ..mcmc.nuts import _inducing_locations, _sparse_predictor

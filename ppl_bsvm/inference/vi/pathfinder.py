@@ -51,8 +51,8 @@ from .._common import gaussian_idata, gp_setup, linear_setup
 from .psis import MIN_DRAWS, psis
 from ..mcmc._common import (
     all_draws,
-    kernel_factor,
     gp_predictor,
+    kernel_factor,
     linear_predictor,
 )
 from ..marginal import gp_inputs, linear_inputs, log_likelihood, marginal_prior, unwhiten

@@ -450,38 +450,47 @@ def write_report(out: Path) -> None:
 
 
 def _figure(results, path: Path) -> None:
+    """sd ratio and coverage against m: a colour per n, S-BSVM's mean-field dashed and its
+    linear response solid, SVGP and ADVI (128 inducing points) as open markers; the legend
+    below the panels, by colour, line and marker rather than one entry per line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for r, color in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = {"SVGP": "s", "ADVI": "^"}
+    for r, color in zip(results, colors):
         sbsvm = [c for c in r["candidates"] if c.get("engine", "S-BSVM") == "S-BSVM"]
         for response, style in ((False, "--"), (True, "-")):
             rows = [c for c in sbsvm if c["linear_response"] == response]
-            if not rows:
-                continue
-            m = [c["m"] for c in rows]
-            label = f"n = {r['n']}, {'linear response' if response else 'mean-field'}"
-            axes[0].plot(m, [c["sd_ratio_median"] for c in rows], style, marker="o",
-                         color=color, label=label)
-            axes[1].plot(m, [c["coverage_90"] for c in rows], style, marker="o", color=color,
-                         label=label)
-        for engine, marker in (("SVGP", "s"), ("ADVI", "^")):
+            for ax, key in zip(axes, ("sd_ratio_median", "coverage_90")):
+                ax.plot([c["m"] for c in rows], [c[key] for c in rows], style, marker="o",
+                        ms=4, color=color)
+        for engine, marker in markers.items():
             for c in (c for c in r["candidates"] if c.get("engine") == engine):
                 for ax, key in zip(axes, ("sd_ratio_median", "coverage_90")):
-                    ax.plot([c["m"]], [c[key]], marker, color=color, mfc="none", ms=8,
-                            label=f"n = {r['n']}, {engine}" if ax is axes[0] else None)
+                    ax.plot([c["m"]], [c[key]], marker, color=color, mfc="none", ms=8)
     axes[0].axhline(1.0, color="k", lw=0.8)
     axes[1].axhline(0.9, color="k", lw=0.8)
-    for ax, title in zip(axes, ("median sd ratio of f(x*) (S-BSVM / Gibbs)",
-                                "reference mass in S-BSVM's 90 % interval")):
+    for ax, title in zip(axes, ("median sd ratio of f(x*), candidate / exact (Gibbs)",
+                                "exact posterior mass in the candidate's 90 % interval")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("inducing points m")
         ax.set_title(title, fontsize=10)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = ([Line2D([], [], color=c, lw=6, label=f"n = {r['n']}")
+                for r, c in zip(results, colors)]
+               + [Line2D([], [], color="gray", ls="--", marker="o", ms=4,
+                         label="S-BSVM mean-field"),
+                  Line2D([], [], color="gray", ls="-", marker="o", ms=4,
+                         label="S-BSVM linear response")]
+               + [Line2D([], [], color="gray", ls="", marker=m, mfc="none", ms=8, label=e)
+                  for e, m in markers.items()])
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -200,14 +200,19 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
 
 
 def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
-    """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (the set-up's ``K`` and its
-    check's copy and factor, the sampler's ``K`` and factor, the predictor's factor), the kept
-    draws, and each chain's warmup window where it has directions (``sweep._fresh_moves``):
-    the ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its last draws."""
+    """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (three held while the chains
+    run: their ``K``, their copy of its factor and the factor the predictor keeps; and the
+    temporaries of the chains' initialisation and of the sweep's Cholesky fallback, about two
+    each, whose pages the allocator keeps), the kept draws, and each chain's warmup window
+    where it has directions (``sweep._fresh_moves``), twice (the sweeps' program reads the
+    chains' state and writes the next): the ``n x n`` sum of squares, or beyond
+    ``WINDOW_DRAWS`` dimensions its last draws. Measured above the process's own memory
+    (``reports/sbsvm_truth``, 4 chains of 100 or 200 draws): 4.86 GiB at ``n = 10^4``
+    (estimate 4.81 GiB), 17.3 GiB at 2 x 10^4 (estimate 18.5 GiB)."""
     k, _ = _gp_directions(n, options)
     window = 0 if k == 0 else (WINDOW_DRAWS if _keeps_draws(k, n) else n) * n
     chains = int(options.get("num_chains", 4))
-    return (6 * n * n + kept_draws(n, options) + chains * window) * FLOAT
+    return (6 * n * n + kept_draws(n, options) + 2 * chains * window) * FLOAT
 
 
 _gibbs_gp_bytes.hint = SAMPLER_HINT
@@ -324,8 +329,9 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     start, by an eigendecomposition up to 2048 points and a randomized range finder beyond);
     ``sample_stats`` records the iterations (``cg_iters``, 0 on the Cholesky path) and any
     solve that fell back to the factor (``cg_fallback``). At ``n = 10^4`` (``susy``, 18
-    features) a sweep of 4 chains takes 0.7 s on 2 cores: 500 + 500 sweeps took 12 minutes
-    in 5.5 GB (``reports/sbsvm_truth``).
+    features) a sweep of 4 chains takes 0.69 s on 2 cores and the chains hold about 5 GB:
+    500 + 2,600 sweeps took 39 minutes for a smallest bulk ESS of 1,556 on ``f`` at 500 test
+    points; at 2 x 10^4 points a sweep takes 3.0 s in 18 GB (``reports/sbsvm_truth``).
 
     Parameters
     ----------

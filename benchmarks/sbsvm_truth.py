@@ -390,7 +390,12 @@ def write_report(out: Path) -> None:
                               "ms per sweep of 4 chains", "CG iterations per solve",
                               "smallest bulk ESS, f at 500 test points", "largest R-hat",
                               "smallest bulk ESS, f at training points", "peak RSS GB",
-                              "lengthscale", "test error"], rows), ""]
+                              "lengthscale", "test error"], rows), "",
+              f"Each reference runs until the smallest bulk ESS at the test points is "
+              f"{ESS_TARGET} (its draws extended by `ppl_bsvm.resume`). Its wall time and peak "
+              "RSS are the whole process's through the extensions (a resumed run holds the "
+              "earlier fit while it extends it) and the predictor over every draw; the "
+              "sampler's own, at a fixed number of draws, are in the last table.", ""]
     lines += ["## The candidates against it", "",
               "S-BSVM at each number of inducing points m, then the other engines at the same "
               "hyperparameters (B-BSVM and ECM up to "

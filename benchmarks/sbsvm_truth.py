@@ -58,8 +58,8 @@ ESS_TARGET = 1000
 DRAWS_MAX = 4000
 """... or until each chain has this many draws."""
 EXACT_MAX = 5000
-"""Largest ``n`` for the ``O(n^3)``-per-iteration engines (B-BSVM: 13.6 s at 2,000 points,
-about 1,700 s at 10^4 by the cube law)."""
+"""Largest ``n`` for the ``O(n^3)``-per-iteration engines (B-BSVM: 15 s at 2,000 points, 222 s
+at 5,000, about 30 minutes at 10^4 by the cube law)."""
 OTHERS = (
     ("B-BSVM", "gp", "vi", {}, EXACT_MAX, "q(f), mean-field in (f, lambda)"),
     ("B-BSVM", "gp", "vi", {"linear_response": True}, EXACT_MAX, "linear response"),

@@ -298,11 +298,10 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
         return {"n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
                 "nuts_check": nuts_check(X, y, X_test, kernel, warmup, draws),
                 "warmup": warmup, "draws": draws, "machine": machine_note()}
-    saved = load_reference(cache, kernel) if reuse and cache is not None else None
-    ref = saved
+    ref = load_reference(cache, kernel) if reuse and cache is not None else None
     if ref is None:
         ref = reference(X, y, X_test, kernel, warmup, draws)
-        ref["peak_rss_mb"] = peak_rss_mb()  # before the candidates: the sampler's own
+        ref["peak_rss_mb"] = peak_rss_mb()  # before the candidates: the reference run's
         if cache is not None:
             save_reference(ref, kernel, cache)
     peak_reference = ref["peak_rss_mb"]
@@ -313,7 +312,7 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
     return {
         "n": n, "lengthscale": float(np.ravel(kernel.lengthscale)[0]),
         "variance": float(kernel.variance), "time_kernel_s": t_kernel,
-        "reference": {k: v for k, v in ref.items() if k not in ("means", "variances", "p")},
+        "reference": {k: v for k, v in ref.items() if k not in REFERENCE_ARRAYS},
         "reference_test_error": ref_report["test_error"],
         "reference_test_nlpd": ref_report["test_nlpd"],
         "peak_rss_mb_reference": peak_reference,

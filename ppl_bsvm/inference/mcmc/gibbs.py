@@ -83,10 +83,11 @@ from .gibbs_kernel import (
     gibbs_sample,
     gibbs_settings,
 )
+from .sweep import WINDOW_DRAWS, _keeps_draws
 
 # A saved fit pickles its chains' last state by reference to these classes' module; they were
 # defined here before the sampler was split, so the names stay for fits saved then.
-from .sweep import WINDOW_DRAWS, GibbsState, LineMoves, _keeps_draws  # noqa: F401  isort: skip
+from .sweep import GibbsState, LineMoves  # noqa: F401  isort: skip
 
 __all__ = [
     "GibbsOptions",

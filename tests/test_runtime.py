@@ -141,36 +141,38 @@ print(json.dumps({{"unchanged": before == after, "library": len(library), "user"
 """
 
 
-def test_the_library_cache_leaves_jax_options_and_the_users_programs_alone(tmp_path):
-    """The first fit changes none of JAX's global options, its programs go to ppl_bsvm's
-    directory, a program the user compiles afterwards does not (even with the user's minimum
-    compile time at 0), and a new process loads the library's programs from it."""
-    cache = str(tmp_path / "cache")
-    user_zero = "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)"
-    first = _python(_SCOPE_PROBE.format(before=user_zero), PPL_BSVM_CACHE_DIR=cache)
-    assert first["unchanged"] and first["library"] > 10 and first["user"] == []
-    assert first["warnings"] == []
-    second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=cache)
-    assert second["unchanged"] and second["user"] == [] and second["p"] == first["p"]
-    assert second["loaded"] > 10  # programs read from the cache
+def test_the_library_cache_serves_new_processes_alone_and_survives_unreadable_entries(tmp_path):
+    """One sequence of four processes on one cache directory (each process costs seconds of
+    imports, so the checks share them):
 
-
-def test_an_unreadable_cache_entry_is_removed_once_and_compiled_again(tmp_path):
-    """Entries cut short (a disk that filled up): the next process warns once, removes them and
-    stores them again; the process after it neither warns nor compiles them."""
+    1. the first fit, on an empty cache, compiles everything, changes none of JAX's global
+       options, and its programs go to ppl_bsvm's directory; a program the user compiles
+       afterwards does not (even with the user's minimum compile time at 0);
+    2. a new process loads the library's programs and computes the same numbers;
+    3. after the entries were cut short (a disk that filled up), the next process warns once,
+       removes them and stores them again, with the same numbers;
+    4. the process after it neither warns nor compiles them.
+    """
     cache = tmp_path / "cache"
-    first = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    user_zero = "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)"
+    first = _python(_SCOPE_PROBE.format(before=user_zero), PPL_BSVM_CACHE_DIR=str(cache))
+    assert first["unchanged"] and first["library"] > 10 and first["user"] == []
+    assert first["warnings"] == [] and first["loaded"] == 0  # empty cache: compiled
+    second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    assert second["unchanged"] and second["user"] == [] and second["p"] == first["p"]
+    assert second["warnings"] == [] and second["loaded"] > 10  # programs read from the cache
+
     entries = sorted(cache.glob("*-cache"))
     assert len(entries) > 10
     for entry in entries:
         entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
-    second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
-    assert len(second["warnings"]) == 1, second["warnings"]
-    assert "ppl_bsvm removed an unreadable entry of its compilation cache" in second["warnings"][0]
-    assert second["p"] == first["p"]
     third = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
-    assert third["warnings"] == [] and third["p"] == first["p"]
-    assert third["loaded"] >= len(entries)
+    assert len(third["warnings"]) == 1, third["warnings"]
+    assert "ppl_bsvm removed an unreadable entry of its compilation cache" in third["warnings"][0]
+    assert third["p"] == first["p"]
+    fourth = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
+    assert fourth["warnings"] == [] and fourth["p"] == first["p"]
+    assert fourth["loaded"] >= len(entries)
 
 
 def test_the_cache_is_pruned_least_recently_used_first_and_at_most_hourly(tmp_path, monkeypatch):
@@ -198,26 +200,6 @@ def test_the_cache_is_pruned_least_recently_used_first_and_at_most_hourly(tmp_pa
     assert not _runtime._prune_due(cache)  # stamped: not again within the hour
     assert _runtime.prune_compilation_cache(cache) == 0  # under the bound: nothing to do
     assert _runtime.prune_compilation_cache(tmp_path / "absent") == 0
-
-
-_SECOND_PROCESS = """
-import json, jax, jax.monitoring, numpy as np
-import ppl_bsvm
-hits = []
-jax.monitoring.register_event_listener(
-    lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
-r = np.random.default_rng(0)
-X = r.standard_normal((40, 2)); y = np.where(X[:, 0] > 0, 1.0, -1.0)
-ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10).predict_proba(X)
-print(json.dumps(len(hits)))
-"""
-
-
-def test_a_new_process_loads_the_programs_an_earlier_one_compiled(tmp_path):
-    path = str(tmp_path / "cache")
-    assert _python(_SECOND_PROCESS, PPL_BSVM_CACHE_DIR=path) == 0  # empty cache: compiled
-    assert len(os.listdir(path)) > 0
-    assert _python(_SECOND_PROCESS, PPL_BSVM_CACHE_DIR=path) > 0  # warm: loaded
 
 
 @contextlib.contextmanager

@@ -102,10 +102,10 @@ def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
              "linear_response": False}]
     reference = {"chains": 4, "warmup": 500, "draws": 1300, "time_s": 80.0,
                  "ms_per_sweep": 40.0, "cg_iters_mean": 6.0, "ess_bulk_min_f_test": 1012.0,
-                 "rhat_max_f_test": 1.004, "ess_bulk_min_f": 990.0}
+                 "rhat_max_f_test": 1.004, "ess_bulk_min_f": 990.0, "peak_rss_mb": 1200.0}
     (tmp_path / "n2000.json").write_text(json.dumps({
         "n": 2000, "lengthscale": 20.5, "variance": 34.2, "reference": reference,
-        "reference_test_error": 0.204, "peak_rss_mb_reference": 1200.0,
+        "reference_test_error": 0.204,
         "candidates": [{**r, **measures} for r in rows], "machine": "the run's machine"}))
     (tmp_path / "scale20000.json").write_text(json.dumps({
         "n": 20000, "lengthscale": 8.0, "warmup": 50, "draws": 50, "chains": 4,

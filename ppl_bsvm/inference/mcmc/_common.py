@@ -20,7 +20,7 @@ from ...exceptions import ConvergenceWarning, DivergenceWarning
 from ..._idata import make_idata
 from ...data import Problem
 from ...predictive import MixturePredictor
-from .._common import GPSetup, check_kernel_matrix
+from .._common import GPSetup, check_kernel_matrix, gp_setup
 from ..latent import GPDraws, Latent, draws_padded, gp_draws, linear_draws
 from .driver import Draws, sample_chains
 
@@ -32,6 +32,7 @@ __all__ = [
     "MCMCCheckpoint",
     "MCMCRun",
     "check_finite",
+    "factored_gp_setup",
     "kernel_factor",
     "run_mcmc",
     "mcmc_approximation",
@@ -358,7 +359,7 @@ def kernel_factor(setup: GPSetup, kernel) -> jnp.ndarray:
     """The lower Cholesky factor of the sampler's ``K`` (jitter included), which is also the
     check that ``K`` is positive definite: the GP samplers and the predictor of their draws
     share this one factorisation (at ``n = 10^4`` each is several seconds). Its ``setup`` comes
-    from ``gp_setup(..., check=False)``.
+    from ``gp_setup(..., check=False)`` (:func:`factored_gp_setup` makes both).
 
     Raises
     ------
@@ -377,6 +378,14 @@ def kernel_factor(setup: GPSetup, kernel) -> jnp.ndarray:
         f"the kernel matrix K + jitter (jitter={setup.jitter:g}, relative) is not "
         "positive definite; increase jitter or check the kernel parameters"
     )
+
+
+def factored_gp_setup(problem: Problem, kernel, jitter: float) -> tuple[GPSetup, jnp.ndarray]:
+    """``(setup, chol)``: :func:`~ppl_bsvm.inference._common.gp_setup` with ``K`` checked by
+    its one Cholesky factor (:func:`kernel_factor`), for the engines that need the factor
+    anyway (their draws or predictor): a second ``O(n^3)`` check is not possible this way."""
+    setup = gp_setup(problem, kernel, jitter, check=False)
+    return setup, kernel_factor(setup, kernel)
 
 
 @jax.jit

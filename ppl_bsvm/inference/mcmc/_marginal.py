@@ -13,9 +13,9 @@ from typing import ClassVar
 from ...data import Problem
 from ...engine import Approximation, Sampler, Temperature
 from ...kernels import Kernel
-from .._common import gp_setup, linear_setup
+from .._common import linear_setup
 from ..marginal import gp_inputs, linear_inputs
-from ._common import gp_predictor, kernel_factor, linear_predictor, mcmc_approximation
+from ._common import factored_gp_setup, gp_predictor, linear_predictor, mcmc_approximation
 
 __all__ = ["MarginalSamplerOptions", "marginal_linear_fit", "marginal_gp_fit", "gp_memory_hint"]
 
@@ -59,8 +59,7 @@ def marginal_gp_fit(problem: Problem, options, key, kernel: Kernel, resume, *, m
                     run: Callable, stats: Callable) -> Approximation:
     """The GP engine (``K`` checked positive definite by its factor, which the predictor
     shares), as :func:`marginal_linear_fit` on ``f``."""
-    setup = gp_setup(problem, kernel, options.jitter, check=False)
-    chol = kernel_factor(setup, kernel)
+    setup, chol = factored_gp_setup(problem, kernel, options.jitter)
     inputs = gp_inputs(setup, options.gamma)
     result = run("f", problem.n, kernel, inputs, options, key, resume)
     return mcmc_approximation(

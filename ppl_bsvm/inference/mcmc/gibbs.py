@@ -62,10 +62,10 @@ from ...data import Problem
 from ...engine import Approximation, Jitter, LinearPrior, Sampler, Temperature
 from ...kernels import Kernel
 from ...result import Fit
-from .._common import gp_setup, linear_setup
+from .._common import linear_setup
 from ._common import (
+    factored_gp_setup,
     gp_predictor,
-    kernel_factor,
     linear_predictor,
     mcmc_approximation,
     run_mcmc,
@@ -360,8 +360,8 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     max_predictive_draws, link, resume
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter, check=False)
-    chol = kernel_factor(setup, kernel)  # the check, the draws' factor and the predictor's
+    # K checked by its factor, which the draws and the predictor share
+    setup, chol = factored_gp_setup(problem, kernel, options.jitter)
     spec = _pcg.spectrum(setup.K, setup.jitter)
     rank = _pcg.chosen_rank(spec, options.gamma)
     pcg = _pcg.from_spectrum(spec, rank)

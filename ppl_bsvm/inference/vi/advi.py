@@ -77,8 +77,8 @@ from ..loop import run
 from ..marginal import gp_inputs
 from ..mcmc._common import (
     all_draws,
+    factored_gp_setup,
     gp_predictor,
-    kernel_factor,
     linear_predictor,
 )
 from ..mcmc.nuts import _inducing_locations, _sparse_predictor
@@ -493,8 +493,7 @@ def advi_gp(problem: Problem, options: ADVIGPOptions, *, key, kernel: Kernel,
     link, resume
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter, check=False)
-    chol = kernel_factor(setup, kernel)
+    setup, chol = factored_gp_setup(problem, kernel, options.jitter)
     data = gp_inputs(setup, options.gamma)
     result, draws, ratios, seconds = _advi(_static("gp", options, data, kernel), data,
                                            options, key, resume, "f")

@@ -47,12 +47,12 @@ from ...api import register
 from ...data import Problem
 from ...engine import Approximation, Draws, Jitter, LinearPrior, Link, Temperature
 from ...kernels import Kernel
-from .._common import gaussian_idata, gp_setup, linear_setup
+from .._common import gaussian_idata, linear_setup
 from .psis import MIN_DRAWS, psis
 from ..mcmc._common import (
     all_draws,
+    factored_gp_setup,
     gp_predictor,
-    kernel_factor,
     linear_predictor,
 )
 from ..marginal import gp_inputs, linear_inputs, log_likelihood, marginal_prior, unwhiten
@@ -270,8 +270,7 @@ def pathfinder_gp(problem: Problem, options: PathfinderGPOptions, *, key,
     num_paths, max_iter, maxcor, num_elbo_draws, num_draws, link
         As for the linear model.
     """
-    setup = gp_setup(problem, kernel, options.jitter, check=False)
-    chol = kernel_factor(setup, kernel)
+    setup, chol = factored_gp_setup(problem, kernel, options.jitter)
     inputs = gp_inputs(setup, options.gamma)
     result = _pathfinder(problem, options, key, kernel, inputs, problem.n)
     predictor = gp_predictor(kernel, setup, result[0][None], all_draws(options),

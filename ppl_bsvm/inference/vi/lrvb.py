@@ -230,16 +230,18 @@ def relative_change(th, new):
     return jnp.max(jnp.abs(new - th)) / jnp.maximum(jnp.max(jnp.abs(th)), 1e-300)
 
 
-def polish(fixed_map, theta, max_iter: int, depth: int = ANDERSON_DEPTH):
-    """Iterate ``theta <- fixed_map(theta)`` until ``|change|_inf <= POLISH_TOL |theta|_inf`` or
-    ``max_iter`` sweeps (one compiled ``while_loop``): ``(theta, sweeps)``.
+def polish(fixed_map, theta, max_iter: int, depth: int = ANDERSON_DEPTH,
+           tol: float = POLISH_TOL):
+    """Iterate ``theta <- fixed_map(theta)`` until ``|change|_inf <= tol |theta|_inf`` (default
+    :data:`POLISH_TOL`) or ``max_iter`` sweeps (one compiled ``while_loop``):
+    ``(theta, sweeps)``.
 
     With ``depth > 0`` (the default) the iteration is Anderson-accelerated
     (:func:`~ppl_bsvm.inference.vi.fixed_point.anderson`, Walker and Ni 2011); the fixed point
     is the same, only the number of sweeps changes.
     """
     out = anderson(lambda x: (fixed_map(x), None), theta, max_iter,
-                   lambda x, gx, _: relative_change(x, gx), lambda s: s.res <= POLISH_TOL,
+                   lambda x, gx, _: relative_change(x, gx), lambda s: s.res <= tol,
                    depth=depth)
     return out.x, out.k
 

@@ -525,11 +525,12 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         idata.approximation: ``u_cov`` and ``f_var`` (the mean-field ones stay as
         u_cov_mean_field and f_var_mean_field, and the attributes ``covariance`` and
         polish_sweeps say which is used and how the polish went). Cost: the sweeps
-        (``O(n m^2)`` each, 15-27 measured), a pass forming the data's fourth moments
-        (``m^4 / 18`` to ``m^4 / 4`` operations per row) and the factorisation of a ``P x P``
-        matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory ``3 P^2`` floats: 636 MB at
-        m = 100), or with fewer points than about ``P`` an ``n x n`` system instead (not
-        the O(m^3) one might hope for: sbsvm_response says why). Beyond ``16 P`` points the
+        (``O(n m^2)`` each, to a relative change of 1e-8: 16-18 measured), a pass forming
+        the data's fourth moments (``m^4 / 18`` to ``m^4 / 4`` operations per row) and the
+        factorisation of a ``P x P`` matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory
+        ``3 P^2`` floats: 636 MB at m = 100), or with fewer points than about ``P`` an
+        ``n x n`` system instead (not the O(m^3) one might hope for: sbsvm_response says
+        why). Beyond ``16 P`` points the
         moments come from a random subsample of ``8 P`` rows, grown fourfold until the
         estimated Monte-Carlo error of the sds of ``f`` is at most 0.5 % (attributes
         ``response_rows`` and ``response_mc_error``). Where the fixed point is

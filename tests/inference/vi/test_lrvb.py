@@ -230,3 +230,21 @@ def test_the_memory_estimate_counts_the_linear_response_matrices():
     assert mf == 4 * 1000**2 * 8 and lr == bbsvm.LR_COPIES * 1000**2 * 8
     # the refusal names the scalable alternatives, as every dense engine's does
     assert bbsvm._memory.hint == DENSE_HINT
+
+
+@pytest.mark.parametrize("tol", [lrvb.POLISH_TOL, 1e-8])
+def test_polish_stops_at_the_first_sweep_within_its_tolerance(tol):
+    """Plain sweeps (``depth=0``) of ``x <- x / 2 + 1`` from 0: the k-th sweep, from
+    ``x_{k-1} = 2 - 2^{1-k}``, changes it by ``2^-k``, so the polish stops at the first ``k``
+    with ``2^-k <= tol x_{k-1}`` and returns ``x_{k-1}`` (the point whose residual met
+    ``tol``). S-BSVM's response polishes to a looser tolerance than the default
+    (``sbsvm_response.POLISH_TOL``) through this argument."""
+    from ppl_bsvm.inference.vi import sbsvm_response
+
+    assert sbsvm_response.POLISH_TOL <= 1e-2 * lrvb.RESIDUAL_TOL
+    with jax.enable_x64(True):
+        x, sweeps = jax.jit(lambda x0: lrvb.polish(lambda x: 0.5 * x + 1.0, x0, 200, depth=0,
+                                                   tol=tol))(jnp.zeros(3))
+    k = next(k for k in range(1, 200) if 2.0**-k <= tol * (2.0 - 2.0 ** (1 - k)))
+    assert int(sweeps) == k
+    np.testing.assert_array_equal(np.asarray(x), 2.0 - 2.0 ** (1 - k))  # exact in binary

@@ -232,12 +232,12 @@ def test_cost_and_memory_estimates_count_the_response():
     assert P == 64 + 64 * 65 // 2
     on = {"num_inducing": 64, "linear_response": True}
     # the moments: about a quarter of U^T U's rows x P^2 at m = 64, over the first subsample
-    # (8 P rows rounded up to twice the chunk: 20,160), plus the factorisation and the
+    # (16 P rows rounded up to twice the chunk: 36,288), plus the factorisation and the
     # polish's sweeps over all n rows
     sweeps = sbsvm_response.POLISH_SWEEPS * 1e5 * (64 * 18 + 3 * 64**2)
     flops = sbsvm_response.engine_flops(10**5, 18, on) - sweeps
     rows = sbsvm_response.sample_rows(10**5, 64, lrvb.response_chunk(10**5, 64))
-    assert rows == 20160
+    assert rows == 36288
     assert 0.25 * rows * P**2 < flops - P**3 / 3 < 0.35 * rows * P**2
     assert sbsvm_response.sample_rows(2 * rows - 1, 64, lrvb.response_chunk(10**5, 64)) == 0
     # few rows: the n x n form

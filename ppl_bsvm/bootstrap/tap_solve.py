@@ -26,8 +26,9 @@ data sets (and kept on disk by the compilation cache). Below ``2 * SIZES[0]`` po
 is that of spec 5.3 (a few tens of factorisations of a small problem); so it is where the
 coarse iteration has not converged within :data:`COARSE_BUDGET`. A learning curve is solved in
 increasing ``S/N``, each ratio started from the fixed point of the ratio below when that is at
-least half as large (:data:`WARM_RATIO`), through :func:`tap_newton.restart`: its first step is
-then the Newton step from the old fixed point, which is the predictor along the curve.
+least half as large (:data:`WARM_RATIO`), else from ratios that double on the way
+(:func:`warm_ladder`), through :func:`tap_newton.restart`: its first step is then the Newton
+step from the old fixed point, which is the predictor along the curve.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "COARSE_FRACTION",
     "COARSE_TOL",
     "WARM_RATIO",
+    "warm_ladder",
     "tap_data",
     "n_copies_for",
     "coarse_size",
@@ -73,7 +75,23 @@ the cost of 14 full ones, and the full problem then 11), it is given up for the 
 RIDGE = 0.1
 """Ridge of the regression that ranks the points, relative to the mean of ``diag K``."""
 WARM_RATIO = 2.0
-"""A fixed point at ``S/N = r`` starts the solve at ``r'`` when ``r < r' <= 2 r``."""
+"""A fixed point at ``S/N = r`` starts the solve at ``r'`` when ``r < r' <= 2 r``; further
+ratios are reached through doubling ones (:func:`warm_ladder`)."""
+
+
+def warm_ladder(previous: float, ratio: float) -> list[float]:
+    """The ratios to solve, in order, from a fixed point at ``S/N = previous`` to ``ratio``:
+    each at most :data:`WARM_RATIO` times the one before, ``ratio`` last. From a cold start at
+    a large ratio the solver needs hundreds of factorisations more than along such a ladder
+    (``S/N = 30`` on Pima, N = 768, RBF width 3: 1,578 factorisations of the full problem and
+    540 of the coarse one, 52.7 s, against 77 from the fixed point at ``S/N = 1`` through 2, 4,
+    8 and 16, 3.9 s with ``S/N = 1`` itself, the same fixed point to 3e-9; on Crabs 1,456
+    against 51)."""
+    steps, r = [], previous
+    while ratio > WARM_RATIO * r:
+        r *= WARM_RATIO
+        steps.append(r)
+    return steps + [ratio]
 
 
 class Solution(NamedTuple):

@@ -92,3 +92,10 @@ def test_a_learning_curve_reaches_the_fixed_points_of_single_ratios():
         np.testing.assert_allclose(curve.oob_mean[i], alone.oob_mean[0], atol=1e-7)
         np.testing.assert_allclose(curve.oob_var[i], alone.oob_var[0], rtol=1e-6)
     assert curve.n_iter[1:].max() < curve.n_iter[0]  # the warm starts pay
+
+
+def test_the_warm_ladder_doubles_the_ratio_up_to_the_target():
+    assert tap_solve.warm_ladder(1.0, 30.0) == [2.0, 4.0, 8.0, 16.0, 30.0]
+    assert tap_solve.warm_ladder(1.0, 2.0) == [2.0]  # within WARM_RATIO: the target alone
+    assert tap_solve.warm_ladder(0.5, 0.7) == [0.7]
+    assert tap_solve.warm_ladder(1.0, 4.0) == [2.0, 4.0]

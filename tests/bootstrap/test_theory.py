@@ -231,3 +231,19 @@ def test_replica_tap_passes_its_progress_bar_to_the_fixed_point_iterations(crabs
         with pytest.raises(KeyboardInterrupt):
             bootstrap.replica_tap(X, y, "rbf", 2.0, progress_bar=flag)
     assert seen == [(False, "replica_tap S/N=1"), (True, "replica_tap S/N=1")]
+
+
+def test_a_large_ratio_alone_is_reached_through_doubling_ratios(crabs):
+    """``S/N = 30`` asked alone (after ``S/N = 1``, always solved): from a cold start the
+    solver took 1,456 factorisations here; from the fixed point at 1 through 2, 4, 8 and 16
+    (``tap_solve.warm_ladder``) 51, counted in ``n_iter``, and the fixed point is the one the
+    explicit learning curve reaches."""
+    X, y = crabs
+    k = kernels.RBF(lengthscale=3.0)
+    alone = bootstrap.replica_tap(X, y, k, [30.0])
+    curve = bootstrap.replica_tap(X, y, k, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0])
+    assert alone.converged.all() and alone.n_iter[0] < 150
+    assert alone.n_iter[0] == curve.n_iter[1:].sum()  # the ladder's ratios are the curve's
+    np.testing.assert_allclose(alone.oob_mean[0], curve.oob_mean[-1], atol=1e-8)
+    np.testing.assert_allclose(alone.oob_var[0], curve.oob_var[-1], rtol=1e-8)
+    assert alone.error[0] == pytest.approx(curve.error[-1], abs=1e-10)

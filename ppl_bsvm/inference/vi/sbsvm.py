@@ -530,12 +530,11 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         factorisation of a ``P x P`` matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory
         ``3 P^2`` floats: 636 MB at m = 100), or with fewer points than about ``P`` an
         ``n x n`` system instead (not the O(m^3) one might hope for: sbsvm_response says
-        why). Beyond ``32 P`` points the
-        moments come from a random subsample of ``16 P`` rows, grown fourfold until the
-        estimated Monte-Carlo error of the sds of ``f`` is at most 0.5 % (attributes
-        ``response_rows`` and ``response_mc_error``). Where the fixed point is
-        not converged or the covariance not positive definite, a ``ConvergenceWarning`` and
-        the mean-field answer.
+        why). Beyond ``32 P`` points the moments come from a random subsample of ``16 P``
+        rows, grown fourfold until the estimated Monte-Carlo error of the sds of ``f`` is at
+        most 0.5 % (attributes ``response_rows`` and ``response_mc_error``). Where the fixed
+        point is not converged or the covariance not positive definite, a
+        ``ConvergenceWarning`` and the mean-field answer.
     resume : Fit, optional
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """

@@ -108,15 +108,16 @@ def test_gp_gibbs_estimate_counts_its_matrices_draws_and_windows():
     """Six n x n matrices (the chains' K and factor, the predictor's factor, and the
     temporaries of initialisation and fallback: 4.9 GiB measured at n = 10^4 with 4 chains,
     reports/sbsvm_truth), the kept draws, and per chain, in and out of the sweeps' program,
-    the window the directions are learned from: n x n up to 512 points, 512 kept draws of f
-    beyond."""
+    the window the directions are learned from (n x n up to 512 points, 512 kept draws of f
+    beyond) and the directions' five k x n arrays (k = 32 at 10^4 points, 10 at 300)."""
     engine = get_engine("gp", "gibbs")
     options = {**engine.options().as_dict(), "num_chains": 4, "num_samples": 500}
     n = 10_000
-    assert engine.memory(n, 18, options) == 8 * (6 * n**2 + 4 * 500 * n + 2 * 4 * 512 * n)
+    assert engine.memory(n, 18, options) == 8 * (6 * n**2 + 4 * 500 * n
+                                                 + 2 * 4 * (512 * n + 5 * 32 * n))
     assert engine.memory(n, 18, {**options, "directions": 0}) == 8 * (6 * n**2 + 4 * 500 * n)
     assert engine.memory(300, 18, options) == 8 * (6 * 300**2 + 4 * 500 * 300
-                                                   + 2 * 4 * 300**2)
+                                                   + 2 * 4 * (300**2 + 5 * 10 * 300))
 
 
 def test_check_memory_false_lets_a_user_go_ahead(monkeypatch, toy2d):

@@ -80,7 +80,7 @@ again once it has chosen (:func:`gibbs_gp_flops` with the rank, ``_cost.check_re
 from __future__ import annotations
 
 from ..._cost import cholesky, sweeps
-from .gibbs_kernel import GP_DIRECTIONS
+from .gibbs_kernel import gp_directions
 from . import pcg
 from .sweep import WINDOW_DRAWS, _keeps_draws
 
@@ -241,7 +241,7 @@ def _gp_directions(n: int, options: dict) -> tuple[int, bool]:
     """``(k, learned)`` for the GP sampler's ``directions`` option (``gibbs_kernel``)."""
     directions = options.get("directions")
     if directions is None:
-        return min(GP_DIRECTIONS, n), True
+        return gp_directions(n), True
     if isinstance(directions, str):
         return n, True
     if isinstance(directions, int):

@@ -205,15 +205,16 @@ def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
     run: their ``K``, their copy of its factor and the factor the predictor keeps; and the
     temporaries of the chains' initialisation and of the sweep's Cholesky fallback, about two
     each, whose pages the allocator keeps), the kept draws, and each chain's warmup window
-    where it has directions (``sweep._fresh_moves``), twice (the sweeps' program reads the
-    chains' state and writes the next): the ``n x n`` sum of squares, or beyond
-    ``WINDOW_DRAWS`` dimensions its last draws. Measured above the process's own memory
-    (``reports/sbsvm_truth``, 4 chains of 100 or 200 draws): 4.86 GiB at ``n = 10^4``
-    (estimate 4.81 GiB), 17.3 GiB at 2 x 10^4 (estimate 18.5 GiB)."""
+    where it has directions (``sweep._fresh_moves``) with the directions' five ``k x n``
+    arrays, twice (the sweeps' program reads the chains' state and writes the next): the
+    ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its last draws.
+    Measured above the process's own memory (``reports/sbsvm_truth``, 4 chains of 100 or 200
+    draws, 10 directions): 4.86 GiB at ``n = 10^4`` (estimate 4.81 GiB), 17.3 GiB at 2 x 10^4
+    (estimate 18.5 GiB)."""
     k, _ = _gp_directions(n, options)
     window = 0 if k == 0 else (WINDOW_DRAWS if _keeps_draws(k, n) else n) * n
     chains = int(options.get("num_chains", 4))
-    return (6 * n * n + kept_draws(n, options) + 2 * chains * window) * FLOAT
+    return (6 * n * n + kept_draws(n, options) + 2 * chains * (window + 5 * k * n)) * FLOAT
 
 
 _gibbs_gp_bytes.hint = SAMPLER_HINT
@@ -347,15 +348,20 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         kernel couples the points weakly, plain Gibbs the reverse; -0.5 has the best worst
         case (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`).
     collapse : bool, default=True
-        Ignored unless ``directions="all"`` (``BSVMGibbs``): ten directions do not span the
-        space of ``f``, and the sweeps stay full.
+        Ignored unless ``directions="all"`` (``BSVMGibbs``): the default directions do not
+        span the space of ``f``, and the sweeps stay full.
     directions : int, "all", array of shape (k, n) or None, default=None
         Exact moves along ``k`` learned directions of the marginal posterior of ``f`` in every
-        sweep (``BSVMGibbs``); ``None`` is 10 (or ``n`` if smaller), 0 turns them off. On the
-        benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.25 to 0.77
-        (0.13 to 0.51 with ``overrelax=0``). Learning them keeps, per chain, an ``n x n``
+        sweep (``BSVMGibbs``); ``None`` is 10 up to 1,600 points (or ``n`` if smaller), one per
+        160 points beyond, at most 32 (``gibbs_kernel.gp_directions``); 0 turns them off. On
+        the benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.25 to
+        0.77 (0.13 to 0.51 with ``overrelax=0``). Learning them keeps, per chain, an ``n x n``
         covariance up to n = 512 and beyond it the warmup window's last 512 draws of ``f``
         (``8 x 512 n`` bytes; ``sweep.WINDOW_DRAWS``), whose SVD gives the same directions.
+        Where conjugate gradients solve the sweep, the directions are the principal axes
+        within the span of ``K``'s top eigenvectors (the preconditioner's): the axes of a few
+        hundred draws are otherwise mostly noise the prior rules out, and a line along them is
+        narrow (``sweep._principal_axes``).
     num_samples, num_warmup, num_chains, chain_method, thinning, store_lam,
     max_predictive_draws, link, resume
         As for the linear model.

@@ -193,30 +193,74 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
     return moves._replace(count=count, mean=mean, m2=moves.m2 + jnp.outer(delta, value - mean))
 
 
-def _principal_axes(moves: LineMoves, k: int):
+def _smooth_basis(data, k: int):
+    """An orthonormal basis ``(n, r)`` of the span of ``K``'s top ``r`` eigenvectors (the
+    preconditioner's), in which the GP's ``k`` learned directions are sought; None for the
+    linear model, on the Cholesky path (no eigenvectors kept) and when ``r < k``."""
+    if isinstance(data, LinearData) or data.pcg is None or data.pcg.W.shape[1] < k:
+        return None
+    W = data.pcg.W
+    norms = jnp.linalg.norm(W, axis=0)
+    return W / jnp.where(norms > 0.0, norms, 1.0)
+
+
+def _principal_axes(moves: LineMoves, k: int, basis=None):
     """The window's covariance ``S`` (of its draws, or of its kept draws beyond
     :data:`WINDOW_DRAWS` dimensions), shrunk towards a multiple of the identity as in Stan's
     metric adaptation, ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I`` (``c`` the draws
     it is estimated from): its ``k`` largest eigenvalues, in decreasing order, and their
     eigenvectors ``(d, k)``. The shrinkage moves every eigenvalue by the same amount and keeps
     the eigenvectors, so for kept draws ``Y`` (centred) they are the top right singular
-    vectors of ``Y``: the same axes as the ``d x d`` eigendecomposition of the same draws."""
-    d = moves.mean.shape[0]
+    vectors of ``Y``: the same axes as the ``d x d`` eigendecomposition of the same draws.
+
+    ``moves`` may carry a leading axis of chains (their windows of equal length): ``S`` is then
+    the covariance of all their draws about the pooled mean (:func:`_learn_pooled`).
+
+    With a ``basis`` ``Q`` (``(d, r)``, orthonormal columns: :func:`_smooth_basis`) the axes
+    are those of ``Q^T S Q``, mapped back by ``Q``: directions within the span of ``K``'s
+    top eigenvectors. A principal axis of a few hundred GP draws is mostly sampling noise in
+    the rough directions where the prior allows almost nothing, so a line along it is far
+    narrower than the posterior along it: on ``susy`` (n = 5,000, the kernel learned at 10^4
+    points), the top axis of 100 draws had a posterior variance 14 times the largest
+    conditional variance its prior term allows (``1 / v^T K^-1 v``), and 1.2 times within
+    the top 192 eigenvectors, where almost all of the posterior's variance lies."""
+    pooled = moves.mean.ndim == 2
+    means = moves.mean if pooled else moves.mean[None]
+    m2 = moves.m2 if pooled else moves.m2[None]
+    chains, d = means.shape
+    r = d if basis is None else basis.shape[1]
+    project = (lambda A: A) if basis is None else (lambda A: A @ basis)
+    lift = (lambda E: E) if basis is None else (lambda E: basis @ E)
+    count = moves.count[0] if pooled else moves.count  # the chains share the sweep counter
     if not _keeps_draws(k, d):
-        c = moves.count
-        cov = moves.m2 / jnp.maximum(c - 1.0, 1.0)
-        ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / d
-        cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(d, dtype=cov.dtype)
+        # Welford's sums about each chain's mean, plus the spread of those means
+        spread = means - jnp.mean(means, axis=0)
+        total = jnp.sum(m2, axis=0) + count * spread.T @ spread
+        c = chains * count
+        cov = total / jnp.maximum(c - 1.0, 1.0)
+        if basis is not None:
+            cov = basis.T @ cov @ basis
+        ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.trace(cov) / r
+        cov = (c / (c + 5.0)) * cov + ridge * jnp.eye(r, dtype=cov.dtype)
         w, E = jnp.linalg.eigh(cov)
-        return w[d - k:][::-1], E[:, d - k:][:, ::-1]
-    c = jnp.minimum(moves.count, float(WINDOW_DRAWS))
-    valid = (jnp.arange(WINDOW_DRAWS) < c)[:, None]
-    kept = jnp.where(valid, moves.m2, 0.0)
-    centred = jnp.where(valid, kept - jnp.sum(kept, axis=0) / jnp.maximum(c, 1.0), 0.0)
-    _, sv, Vt = jnp.linalg.svd(centred, full_matrices=False)
+        return w[r - k:][::-1], lift(E[:, r - k:][:, ::-1])
+    kept_each = jnp.minimum(count, float(WINDOW_DRAWS))
+    valid = (jnp.arange(WINDOW_DRAWS) < kept_each)[None, :, None]
+    kept = jnp.where(valid, m2, 0.0)
+    c = chains * kept_each
+    centred = jnp.where(valid, kept - jnp.sum(kept, axis=(0, 1)) / jnp.maximum(c, 1.0), 0.0)
+    _, sv, Vt = jnp.linalg.svd(project(centred.reshape(chains * WINDOW_DRAWS, d)),
+                               full_matrices=False)
     variances = sv**2 / jnp.maximum(c - 1.0, 1.0)
-    ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.sum(variances) / d
-    return (c / (c + 5.0)) * variances[:k] + ridge, Vt[:k].T
+    ridge = (1e-3 * 5.0 / (c + 5.0)) * jnp.sum(variances) / r
+    return (c / (c + 5.0)) * variances[:k] + ridge, lift(Vt[:k].T)
+
+
+def _directions_from(w, E, mean, data) -> LineMoves:
+    """Fresh :class:`LineMoves` along the principal axes ``E`` of variances ``w``, each scaled
+    by its sd, predicting the mode along them from the window's ``mean``."""
+    sd = jnp.sqrt(jnp.maximum(w, jnp.finfo(w.dtype).tiny))
+    return _fresh_moves((E * sd).T, data, (E / sd).T, mean)
 
 
 def _learn_directions(moves: LineMoves, data) -> LineMoves:
@@ -226,9 +270,28 @@ def _learn_directions(moves: LineMoves, data) -> LineMoves:
     ``(c / (c + 5)) S + 1e-3 (5 / (c + 5)) (tr S / d) I``, so that a short window cannot give
     a direction of zero width."""
     k = moves.V.shape[0]
-    w, E = _principal_axes(moves, k)
-    sd = jnp.sqrt(jnp.maximum(w, jnp.finfo(w.dtype).tiny))
-    return _fresh_moves((E * sd).T, data, (E / sd).T, moves.mean)
+    w, E = _principal_axes(moves, k, _smooth_basis(data, k))
+    return _directions_from(w, E, moves.mean, data)
+
+
+def _learn_pooled(moves: LineMoves, data) -> LineMoves:
+    """:func:`_learn_directions` for vectorised chains (``moves`` with a leading axis of
+    chains) from all their windows together: every chain gets the principal axes of the
+    pooled draws about their pooled mean.
+
+    A direction along which a chain moves slowly has a small variance within its own short
+    window and is missed; across chains the differences between their windows show it (what
+    R-hat measures), and four windows estimate the axes from four times the draws. On
+    ``susy`` at 10^4 points (4 x (200 + 600) sweeps, 62 directions), chains that learned
+    alone mixed the first principal component of ``f`` at the test points (the level of ``f``)
+    at a bulk ESS of 354 of 2,400 draws, against 1,000-1,600 for the next ones. The windows
+    close while the chains are in warmup, so the directions they share are fixed before any
+    kept draw: each chain's kept sweeps are one fixed kernel, exact as before."""
+    k = moves.V.shape[1]
+    w, E = _principal_axes(moves, k, _smooth_basis(data, k))
+    fresh = _directions_from(w, E, jnp.mean(moves.mean, axis=0), data)
+    chains = moves.mean.shape[0]
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (chains,) + x.shape), fresh)
 
 
 class GibbsState(NamedTuple):

@@ -324,15 +324,18 @@ def scale(n: int, warmup: int, draws: int) -> dict:
     :data:`ESS_TARGET` would take hours."""
     import ppl_bsvm
     from ppl_bsvm.inference.mcmc.gibbs import _gibbs_gp_bytes
+    from ppl_bsvm.inference.mcmc.gibbs_kernel import gp_directions
 
-    X, y, _, _ = problem(n)
+    X, y, X_test, _ = problem(n)
     kernel = learned_kernel(X, y)
     before = peak_rss_mb()
     t0 = time.perf_counter()
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, seed=0,
                        num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
-                       progress_bar=False)
+                       max_predictive_draws=CHAINS * draws, progress_bar=False)
     wall = time.perf_counter() - t0
+    peak = peak_rss_mb()  # the predictor's kriging below holds more than the fit did
+    ess, rhat = _convergence(_predictive(fit, X_test)[0])
     stats = fit.idata["sample_stats"]
     options = {"num_chains": CHAINS, "num_warmup": warmup, "num_samples": draws}
     return {
@@ -342,7 +345,9 @@ def scale(n: int, warmup: int, draws: int) -> dict:
         "ms_per_sweep": 1e3 * fit.timings["mcmc"] / (warmup + draws),
         "cg_iters_mean": float(stats["cg_iters"].mean()),
         "cg_fallback": int(stats["cg_fallback"].sum()),
-        "peak_rss_mb_before": before, "peak_rss_mb": peak_rss_mb(),
+        "ess_bulk_min_f_test": float(ess.min()), "rhat_max_f_test": float(rhat.max()),
+        "directions": gp_directions(n),
+        "peak_rss_mb_before": before, "peak_rss_mb": peak,
         "estimate_mb": _gibbs_gp_bytes(n, X.shape[1], options) / 2**20,
         "machine": machine_note(),
     }
@@ -358,15 +363,23 @@ def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = Fa
     subprocess.run(cmd, check=True)
 
 
+def _load(machine: str) -> str:
+    """The load averages of a ``machine_note``."""
+    return machine.split("load average ")[-1].split(" (")[0] if "load average" in machine else "-"
+
+
 def _fmt(x, spec=".3f"):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
 
 
 def write_report(out: Path) -> None:
-    def runs(prefix):
-        found = [p for p in out.glob(f"{prefix}*.json") if p.stem[len(prefix):].isdigit()]
-        return [json.loads(p.read_text())
-                for p in sorted(found, key=lambda p: int(p.stem[len(prefix):]))]
+    def runs(prefix):  # n*.json, nuts*.json, scale<n>_<warmup>_<draws>.json
+        def key(p):
+            return tuple(int(part) for part in p.stem[len(prefix):].split("_"))
+
+        found = [p for p in out.glob(f"{prefix}*.json")
+                 if p.stem[len(prefix):].replace("_", "").isdigit()]
+        return [json.loads(p.read_text()) for p in sorted(found, key=key)]
 
     results, checks, scaled = runs("n"), runs("nuts"), runs("scale")
     if not results:
@@ -433,22 +446,31 @@ def write_report(out: Path) -> None:
               _fmt(c["nuts_check"]["z_second_above_3"], ".3f")] for c in checks]), ""]
     if scaled:
         lines += ["## GP Gibbs beyond the reference sizes", "",
-                  "A short run of the sampler alone (`--scale`): the set-up is everything "
-                  "in fit() but the sweeps (the kernel matrix, its factor and spectrum, the "
-                  "compilation, the predictor); the fit's memory is the peak less the "
-                  "process's before the fit; the estimate is the library's "
-                  "(`gibbs._gibbs_gp_bytes`), which `InsufficientMemoryError` compares with "
-                  "the memory available.", ""]
+                  "A run of the sampler alone (`--scale`) at the default directions: the "
+                  "set-up is everything in fit() but the sweeps (the kernel matrix, its "
+                  "factor and spectrum, the compilation, the predictor); the ESS and R-hat "
+                  "are those of the draws' kriging means at the 500 held-out points, as for "
+                  "the reference; the fit's memory is the peak less the process's before "
+                  "the fit; the estimate is the library's (`gibbs._gibbs_gp_bytes`), which "
+                  "`InsufficientMemoryError` compares with the memory available. Rows with "
+                  "10 directions ran before the chains learned them together within K's top "
+                  "eigenvectors (`sweep._learn_pooled`).", ""]
         lines += [markdown_table(
-            ["n", "chains x (warmup + draws)", "wall s", "set-up s", "ms per sweep of 4 chains",
-             "CG iterations per solve", "peak RSS GiB", "of it the fit's GiB", "estimate GiB",
-             "lengthscale"],
+            ["n", "chains x (warmup + draws)", "directions", "wall s", "set-up s",
+             "ms per sweep of 4 chains", "CG iterations per solve",
+             "smallest bulk ESS, f at 500 test points", "per kept draw", "largest R-hat",
+             "peak RSS GiB", "of it the fit's GiB", "estimate GiB", "lengthscale",
+             "load average (1 / 5 / 15 min) at the end"],
             [[c["n"], f"{c['chains']} x ({c['warmup']} + {c['draws']})",
-              _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
+              c.get("directions", 10), _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
               _fmt(c["ms_per_sweep"], ".0f"), _fmt(c["cg_iters_mean"], ".1f"),
+              _fmt(c.get("ess_bulk_min_f_test"), ".0f"),
+              _fmt(c.get("ess_bulk_min_f_test", np.nan) / (c["chains"] * c["draws"]), ".2f"),
+              _fmt(c.get("rhat_max_f_test")),
               _fmt(c["peak_rss_mb"] / 1024, ".2f"),
               _fmt((c["peak_rss_mb"] - c["peak_rss_mb_before"]) / 1024, ".2f"),
-              _fmt(c["estimate_mb"] / 1024, ".2f"), _fmt(c["lengthscale"])] for c in scaled]),
+              _fmt(c["estimate_mb"] / 1024, ".2f"), _fmt(c["lengthscale"]),
+              _load(c["machine"])] for c in scaled]),
                   ""]
     lines += ["![sd ratio and coverage against m](sd_ratio_coverage.png)", "",
               "Machine: " + results[-1]["machine"], ""]
@@ -525,7 +547,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None and args.scale_child:
         result = scale(args.child, args.warmup, args.draws)
-        (args.out / f"scale{args.child}.json").write_text(json.dumps(result, indent=1))
+        name = f"scale{args.child}_{args.warmup}_{args.draws}.json"  # a row per run's length
+        (args.out / name).write_text(json.dumps(result, indent=1))
         return 0
     if args.child is not None:
         nuts = args.nuts_child

@@ -331,9 +331,13 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     start, by an eigendecomposition up to 2048 points and a randomized range finder beyond);
     ``sample_stats`` records the iterations (``cg_iters``, 0 on the Cholesky path) and any
     solve that fell back to the factor (``cg_fallback``). At ``n = 10^4`` (``susy``, 18
-    features) a sweep of 4 chains takes 0.69 s on 2 cores and the chains hold about 5 GB:
-    500 + 2,600 sweeps took 39 minutes for a smallest bulk ESS of 1,556 on ``f`` at 500 test
-    points; at 2 x 10^4 points a sweep takes 3.0 s in 18 GB (``reports/sbsvm_truth``).
+    features) a sweep of 4 chains takes 0.7-1.1 s on 2 cores (the shared machine's speed
+    varies by that much from day to day) and the chains hold about 5 GB: with 32 directions
+    learned together, 4 x (200 + 600) sweeps gave a smallest bulk ESS of 867 on ``f`` at 500
+    test points (0.36 per kept draw) and R-hat at most 1.008 in 15 minutes, where 10
+    directions learned by each chain alone had given 0.15 per kept draw (500 + 2,600 sweeps,
+    39 minutes, ESS 1,556); at 2 x 10^4 points a sweep takes 3.0 s in 18 GB
+    (``reports/sbsvm_truth``).
 
     Parameters
     ----------

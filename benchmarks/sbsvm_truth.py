@@ -470,7 +470,7 @@ def write_report(out: Path) -> None:
               _fmt(c["peak_rss_mb"] / 1024, ".2f"),
               _fmt((c["peak_rss_mb"] - c["peak_rss_mb_before"]) / 1024, ".2f"),
               _fmt(c["estimate_mb"] / 1024, ".2f"), _fmt(c["lengthscale"]),
-              _load(c["machine"])] for c in scaled]),
+              _load(c.get("machine", ""))] for c in scaled]),
                   ""]
     lines += ["![sd ratio and coverage against m](sd_ratio_coverage.png)", "",
               "Machine: " + results[-1]["machine"], ""]

@@ -107,15 +107,22 @@ def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
         "n": 2000, "lengthscale": 20.5, "variance": 34.2, "reference": reference,
         "reference_test_error": 0.204,
         "candidates": [{**r, **measures} for r in rows], "machine": "the run's machine"}))
-    (tmp_path / "scale20000.json").write_text(json.dumps({
-        "n": 20000, "lengthscale": 8.0, "warmup": 50, "draws": 50, "chains": 4,
-        "time_s": 400.0, "set_up_s": 100.0, "ms_per_sweep": 3000.0, "cg_iters_mean": 11.0,
-        "cg_fallback": 0, "peak_rss_mb": 14336.0, "peak_rss_mb_before": 512.0,
-        "estimate_mb": 13312.0}))
+    scale = {"n": 20000, "lengthscale": 8.0, "warmup": 50, "draws": 50, "chains": 4,
+             "time_s": 400.0, "set_up_s": 100.0, "ms_per_sweep": 3000.0, "cg_iters_mean": 11.0,
+             "cg_fallback": 0, "peak_rss_mb": 14336.0, "peak_rss_mb_before": 512.0,
+             "estimate_mb": 13312.0}
+    (tmp_path / "scale20000_50_50.json").write_text(json.dumps(scale))  # before ESS was kept
+    (tmp_path / "scale10000_200_600.json").write_text(json.dumps({
+        **scale, "n": 10000, "warmup": 200, "draws": 600, "directions": 32,
+        "ess_bulk_min_f_test": 864.0, "rhat_max_f_test": 1.008,
+        "machine": "m, load average 1.36 / 1.77 / 1.80 (1 / 5 / 15 min) at the end"}))
     sbsvm_truth.write_report(tmp_path)
     text = (tmp_path / "README.md").read_text()
-    assert ("| 20000 | 4 x (50 + 50) | 400 | 100 | 3000 | 11.0 | 14.00 | 13.50 | 13.00 | 8.000 |"
-            in text)
+    assert ("| 10000 | 4 x (200 + 600) | 32 | 400 | 100 | 3000 | 11.0 | 864 | 0.36 | 1.008 | "
+            "14.00 | 13.50 | 13.00 | 8.000 | 1.36 / 1.77 / 1.80 |" in text)
+    assert ("| 20000 | 4 x (50 + 50) | 10 | 400 | 100 | 3000 | 11.0 | - | - | - | 14.00 | 13.50 "
+            "| 13.00 | 8.000 | - |" in text)
+    assert text.index("| 10000 | 4 x (200 + 600)") < text.index("| 20000 | 4 x (50 + 50)")
     assert "| 2000 | 4 x (500 + 1300) | 80 | 40 | 6.0 | 1012 | 1.004 | 990 |" in text
     assert "| 2000 | S-BSVM | 64 | LR | linear response | 1.000 |" in text
     assert "| 2000 | ECM | - | - | f given the MAP's lambda | 1.000 |" in text

@@ -195,8 +195,10 @@ def _accumulate(moves: LineMoves, value) -> LineMoves:
 
 def _smooth_basis(data, k: int):
     """An orthonormal basis ``(n, r)`` of the span of ``K``'s top ``r`` eigenvectors (the
-    preconditioner's), in which the GP's ``k`` learned directions are sought; None for the
-    linear model, on the Cholesky path (no eigenvectors kept) and when ``r < k``."""
+    preconditioner's ``W`` with its columns normalised; a column whose eigenvalue is at the
+    floor, ``W``'s zero column, stays zero and adds nothing), in which the GP's ``k`` learned
+    directions are sought; None for the linear model, on the Cholesky path (no eigenvectors
+    kept) and when ``r < k``."""
     if isinstance(data, LinearData) or data.pcg is None or data.pcg.W.shape[1] < k:
         return None
     W = data.pcg.W
@@ -217,7 +219,8 @@ def _principal_axes(moves: LineMoves, k: int, basis=None):
     the covariance of all their draws about the pooled mean (:func:`_learn_pooled`).
 
     With a ``basis`` ``Q`` (``(d, r)``, orthonormal columns: :func:`_smooth_basis`) the axes
-    are those of ``Q^T S Q``, mapped back by ``Q``: directions within the span of ``K``'s
+    are those of ``Q^T S Q`` (shrunk with ``tr / r`` in place of ``tr / d``), mapped back by
+    ``Q``: directions within the span of ``K``'s
     top eigenvectors. A principal axis of a few hundred GP draws is mostly sampling noise in
     the rough directions where the prior allows almost nothing, so a line along it is far
     narrower than the posterior along it: on ``susy`` (n = 5,000, the kernel learned at 10^4

@@ -519,13 +519,13 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     linear_response : bool, default=False
         Use the linear-response covariance of ``u`` (Giordano et al. 2018) at the fixed point
         of the batch iteration over all data (``rho = 1``), reached from SVI's ``q`` by at
-        most lrvb.POLISH_ITER (Anderson-accelerated) sweeps, the mean staying SVI's (see
-        sbsvm_response, with hyperparameters and inducing locations held at their final
-        values), in the draws of ``u`` and ``f``, the predictive variances and
+        most lrvb.POLISH_ITER (Anderson-accelerated, preconditioned) sweeps, the mean
+        staying SVI's (see sbsvm_response, with hyperparameters and inducing locations held
+        at their final values), in the draws of ``u`` and ``f``, the predictive variances and
         idata.approximation: ``u_cov`` and ``f_var`` (the mean-field ones stay as
         u_cov_mean_field and f_var_mean_field, and the attributes ``covariance`` and
         polish_sweeps say which is used and how the polish went). Cost: the sweeps
-        (``O(n m^2)`` each, to a relative change of 1e-8: 16-18 measured), a pass forming
+        (``O(n m^2)`` each, to a relative change of 1e-8: 6-9 measured), a pass forming
         the data's fourth moments (``m^4 / 18`` to ``m^4 / 4`` operations per row) and the
         factorisation of a ``P x P`` matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory
         ``3 P^2`` floats: 636 MB at m = 100), or with fewer points than about ``P`` an

@@ -6,11 +6,13 @@ is the Gaussian-sites sweep of :mod:`~ppl_bsvm.inference.vi.lrvb` with ``x = v``
 ``z_i = y_i psi_i``, ``psi_i = L^{-1} K_{m i}``, offsets ``c_i = Ktilde_ii`` and prior
 precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v) L^T``.
 
-1. **Polish** (:func:`_sweep`, ``lrvb.polish``): from the state SVI stopped at, sweeps of
-   that iteration over all rows (chunks of ``PASS_CHUNK``, ``Psi`` recomputed per chunk, never
-   an ``n x m`` matrix), ``O(n m^2 + n m d)`` each, until the relative change of
+1. **Polish** (:func:`_polish`): from the state SVI stopped at, sweeps of that iteration
+   over all rows (:func:`_sweep`: chunks of ``PASS_CHUNK``, ``Psi`` recomputed per chunk,
+   never an ``n x m`` matrix), ``O(n m^2 + n m d)`` each, until the relative change of
    ``theta = (eta1, vech prec)`` is at most :data:`POLISH_TOL` or ``lrvb.POLISH_ITER``
-   sweeps.
+   sweeps. The steps are Anderson-accelerated and their mean's part is Newton's, with the
+   mean's block of the response's own ``G`` summed in the first sweep: 6-9 sweeps where
+   Anderson with plain steps took 18-20.
 2. **Response** at the polished ``q(v) = N(mu, P^{-1})``, with ``W = Z P_L^{-T}``,
    ``r_i = 1 - y_i psi_i^T mu``, ``g_i = gamma alpha_i^{-3/2} / 2`` (``lrvb`` module doc, the
    Gaussian-sites closed form): either one pass accumulating ``G`` (``lrvb.SitesMoments``, one
@@ -18,15 +20,14 @@ precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v
    ``g_i = 0``) and the Cholesky factorisation of the ``P x P`` matrix ``I - G``,
    ``P = m (m + 3) / 2`` (:func:`_moments_pass`); or, when it is cheaper (:func:`uses_dense`:
    fewer rows than about ``P``), the ``n x n`` system (:func:`_dense_pass`). Either gives the
-   factor of the linear-response precision, and the sweep's image at the fixed point (its
-   residual).
+   factor of the linear-response precision; the polish's last sweep gives the residual.
 
 3. **Subsample** (:func:`_sampled_pass`, :func:`respond`). Beyond ``2 SAMPLE_P P`` rows the
    moments come from ``16 P`` rows drawn at random, in two halves whose difference estimates
    the Monte-Carlo error of the sds of ``f``; the subsample grows fourfold until that error
    is at most :data:`MC_TOL` (0.5 %), or becomes the full sum. ``G`` is a sum over rows of
    rank-one terms in ``P`` dimensions, so ``O(P)`` rows estimate it; what grows with ``n``
-   is left to the polish's sweeps and one sweep for the residual, ``O(n m^2)`` each.
+   is left to the polish's sweeps, ``O(n m^2)`` each.
 
 **Cost** (:func:`response_flops`). The pass costs about ``n m^4 / 18`` multiply-adds
 (``m >= 96``; ``n m^4 / 14`` at ``m = 64``, ``n m^4 / 4`` below 48, where the plain product is
@@ -35,7 +36,7 @@ as fast), the factorisation ``P^3 / 3 ~ m^6 / 24``, the memory ``O(P^2)``
 ``O(m^3)``, ``n``-free cost one might hope for: the response of ``q(v)``'s covariance to the
 tilt, which the linear response needs, depends on all the ``m^4 / 24`` distinct fourth moments
 of the ``n`` rows ``w_i``. The ``n x n`` form costs ``O(n^2 m + n^3 / 3)`` instead. The
-polish adds its sweeps (16-18 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
+polish adds its sweeps (6-9 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ generator (m = 64) the sds of ``f`` at 500 held-out points moved by at most 2e-7
 points) and 7e-9 (10^6) against a polish to 1e-11, which took 23 and 26 sweeps against 16 and
 18 (at 10^6, 27.1 s -> 19.6 s of correction)."""
 
-POLISH_SWEEPS = 30
+POLISH_SWEEPS = 12
 """Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
-stopping point on the ``susy`` generator (10^4 and 10^5 points, m = 16 and 64) the
-Anderson-accelerated polish took 15-27 to a relative change of 1e-11 (plain sweeps took
-57-185), 16-18 to :data:`POLISH_TOL`."""
+stopping point on the ``susy`` generator (10^4-10^6 points, m = 16-128) :func:`_polish` took
+6-9 to :data:`POLISH_TOL`, the first included (Anderson with plain steps took 16-18 and one
+more for the residual; plain sweeps 57-185 to 1e-11)."""
 
 
 def response_flops(n: int, m: int, d: int = 1) -> float:
@@ -188,11 +189,14 @@ def _target(g1, G2, gamma):
     return lrvb.pack(target.eta1, target.prec)
 
 
-def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False):
+def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
+           mean_block: bool = False):
     """One sweep of the batch iteration (``_svi``'s target over all rows, ``rho = 1``):
     ``theta = (eta1, vech prec) -> theta'``; with ``metric``, ``(theta', (M, elbo))``, ``M =
     sum_i psi_i psi_i^T / s_i`` the metric of the certificate and ``elbo`` the collapsed ELBO
-    at ``theta``, the safeguard's objective (``fixed_point``)."""
+    at ``theta``, the safeguard's objective (``fixed_point``); with ``mean_block``,
+    ``(theta', G_xx)``, ``G_xx = 2 sum_i g_i r_i^2 w_i w_i^T`` the mean's block of the
+    response's ``G`` at ``theta`` (``lrvb`` module doc), over every row (:func:`_polish`)."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     n_chunks, size_ = _chunks(data.X.shape[0], PASS_CHUNK)
@@ -201,16 +205,106 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False):
         PsiT, m_f, s_f, yc, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
                                                   data, i, size_)
         st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
-        if not metric:
-            return acc[0] + st.g1, acc[1] + st.G2, acc[2], acc[3]
-        return (acc[0] + st.g1, acc[1] + st.G2, acc[2] + (PsiT / s_f) @ PsiT.T,
-                acc[3] + jnp.sum(jnp.where(own, st.terms, 0.0)))
+        square, terms = acc[2], acc[3]
+        if metric:
+            square = square + (PsiT / s_f) @ PsiT.T
+            terms = terms + jnp.sum(jnp.where(own, st.terms, 0.0))
+        elif mean_block:
+            alpha = elbo_mod.optimal_alpha(m_f, s_f, yc)
+            weight = jnp.where(own, data.gamma * alpha**-1.5 * (1.0 - yc * m_f) ** 2, 0.0)
+            square = square + (PsiT * weight) @ PsiT.T  # w_i = S^T y_i psi_i, y_i^2 = 1
+        return acc[0] + st.g1, acc[1] + st.G2, square, terms
 
+    square = (m, m) if metric or mean_block else ()
     zero = (jnp.zeros(m, theta.dtype), jnp.zeros((m, m), theta.dtype),
-            jnp.zeros((m, m) if metric else (), theta.dtype), jnp.zeros((), theta.dtype))
+            jnp.zeros(square, theta.dtype), jnp.zeros((), theta.dtype))
     g1, G2, M, terms = jax.lax.fori_loop(0, n_chunks, body, zero)
     image = _target(g1, G2, data.gamma)
-    return (image, (M, terms - kl_precision(mean, chol_P))) if metric else image
+    if metric:
+        return image, (M, terms - kl_precision(mean, chol_P))
+    if mean_block:
+        S = cov_factor(chol_P)
+        return image, S.T @ M @ S
+    return image
+
+
+def _whiten(theta, ref):
+    """``(x, Y) = (R^T mu, R^T Sigma R)`` of ``q(v) = N(mu, Sigma)`` given by ``theta``, in the
+    coordinates of a reference precision factor ``R = ref`` (lower), packed as ``theta``."""
+    mean, chol = gaussian_from_precision(*lrvb.unpack(theta, ref.shape[0]))
+    A = solve_triangular(chol, ref, lower=True)
+    return lrvb.pack(ref.T @ mean, A.T @ A)
+
+
+def _unwhiten(phi, ref):
+    """Inverse of :func:`_whiten`: ``prec = R Y^{-1} R^T``, ``eta1 = R Y^{-1} x``."""
+    x, Y = lrvb.unpack(phi, ref.shape[0])
+    chol_Y = jnp.linalg.cholesky(0.5 * (Y + Y.T))
+    B = solve_triangular(chol_Y, ref.T, lower=True)
+    return lrvb.pack(B.T @ solve_triangular(chol_Y, x, lower=True), B.T @ B)
+
+
+def _preconditioned(phi, image, chol_mean):
+    """The polish's step from ``phi`` given the sweep's image (whitened): the mean's change
+    solved with ``I - G_xx`` (factor ``chol_mean``), the covariance's kept."""
+    m = chol_mean.shape[0]
+    d = image - phi
+    return phi + jnp.concatenate([cho_solve((chol_mean, True), d[:m]), d[m:]])
+
+
+def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int):
+    r"""``theta`` moved to the fixed point of :func:`_sweep` (relative change at most
+    :data:`POLISH_TOL`, or ``max_iter`` steps): ``(theta*, sweeps, residual)``, ``sweeps``
+    the passes over the rows (the one at ``theta`` included), ``residual`` the relative change
+    of a sweep at ``theta*`` (from the last one: no extra pass).
+
+    **Preconditioned Anderson.** In the coordinates of :func:`_whiten` about ``theta``'s own
+    precision factor, the Jacobian of the sweep at its fixed point is exactly the response's
+    ``G`` (``lrvb`` module doc: ``d alpha_i = vechs(w_i w_i^T)^T d vechs Y - 2 r_i w_i^T dx``
+    and ``dY' = sum_i g_i w_i w_i^T d alpha_i``, ``dx' = -sum_i g_i r_i w_i d alpha_i``, so
+    with ``phi = (vechs Y, -sqrt 2 x)`` it is ``sum_i g_i u_i u_i^T``; its mean's block
+    ``dx' / dx = G_xx`` holds in :func:`_whiten`'s own scaling too, checked against
+    ``jax.jacfwd`` to 1e-13). Its slow modes are the mean's: on the ``susy`` generator (10^5
+    points, m = 64) the largest eigenvalue of ``G`` was 0.90, of its mean block ``G_xx`` 0.90,
+    of its covariance block 0.002. Newton's step for the mean alone, ``dx = (I - G_xx)^{-1}
+    (x' - x)``, with ``G_xx`` summed over every row in the first sweep (one more ``m x m``
+    product a row there), and the covariance's plain step make the preconditioned
+    map :func:`_preconditioned`, whose fixed point is the sweep's; Anderson acceleration
+    (``fixed_point.anderson``, as ``lrvb.polish``) takes it there. Measured from SVI's state
+    (relative change 3e-3 to 1e-2; ``susy``, m = 64): 8 sweeps in all where Anderson with
+    plain steps took 16 and 18, and 2 more (its first, and one for the residual), at 10^5 and
+    10^6 points (``reports/sbsvm_response``). The whole ``G`` (from the response's subsample,
+    ``O(m^4)`` a row) as the preconditioner took as many sweeps, and its pass cost as much as
+    14 sweeps at 10^5 points; ``G_xx`` formed again at every step, without Anderson, took 7
+    sweeps, each with the extra product. An ``I - G_xx`` that is not positive definite (far
+    from a stable fixed point) leaves the steps plain.
+    """
+    m = Z.shape[0]
+    image, G_xx = _sweep(kernel, params, Z, chol_Kmm, data, theta, mean_block=True)
+    residual = lrvb.relative_change(theta, image)
+    if max_iter == 0:
+        return theta, jnp.ones((), jnp.int32), residual
+    ref = gaussian_from_precision(*lrvb.unpack(theta, m))[1]
+    chol_mean = jnp.linalg.cholesky(jnp.eye(m, dtype=theta.dtype) - 0.5 * (G_xx + G_xx.T))
+    chol_mean = jnp.where(jnp.all(jnp.isfinite(chol_mean)), chol_mean,
+                          jnp.eye(m, dtype=theta.dtype))
+
+    def mapped(phi):
+        th = _unwhiten(phi, ref)
+        new = _sweep(kernel, params, Z, chol_Kmm, data, th)
+        return _preconditioned(phi, _whiten(new, ref), chol_mean), lrvb.relative_change(th, new)
+
+    def run(_):
+        phi = _whiten(theta, ref)
+        out = fixed_point.anderson(mapped, _preconditioned(phi, _whiten(image, ref), chol_mean),
+                                   max_iter - 1, lambda x, gx, res: res,
+                                   lambda s: s.res <= POLISH_TOL)
+        return _unwhiten(out.x, ref), out.k + 2, out.res
+
+    def done(_):
+        return theta, jnp.ones((), jnp.int32), residual
+
+    return jax.lax.cond(residual <= POLISH_TOL, done, run, None)
 
 
 @functools.partial(_programs.Program, static_argnames=("kernel",))
@@ -226,28 +320,21 @@ def polish(kernel, params, Z, chol_Kmm, eta1, prec, data, tol, max_sweeps):
 
 
 def _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk: int):
-    """``lrvb.SitesMoments`` over all rows at ``theta``; the precision factor and the sweep's
-    image ``theta'``."""
+    """``lrvb.SitesMoments`` over all rows at ``theta``: the precision factor."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     S = cov_factor(chol_P)
     n_chunks, size_ = _chunks(data.X.shape[0], chunk)
 
-    def body(i, acc):
-        moments, g1, G2 = acc
+    def body(i, moments):
         PsiT, m_f, s_f, yc, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
                                                   data, i, size_)
         alpha = elbo_mod.optimal_alpha(m_f, s_f, yc)
         g = jnp.where(own, 0.5 * data.gamma * alpha**-1.5, 0.0)
-        moments = lrvb.moments_add(moments, (yc[:, None] * PsiT.T) @ S, 1.0 - yc * m_f, g)
-        st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
-        return moments, g1 + st.g1, G2 + st.G2
+        return lrvb.moments_add(moments, (yc[:, None] * PsiT.T) @ S, 1.0 - yc * m_f, g)
 
-    zero = (lrvb.moments_init(m, theta.dtype), jnp.zeros(m, theta.dtype),
-            jnp.zeros((m, m), theta.dtype))
-    moments, g1, G2 = jax.lax.fori_loop(0, n_chunks, body, zero)
-    factor = lrvb.sites_precision_factor(chol_P, lrvb.moments_gram(moments))
-    return factor, _target(g1, G2, data.gamma)
+    moments = jax.lax.fori_loop(0, n_chunks, body, lrvb.moments_init(m, theta.dtype))
+    return lrvb.sites_precision_factor(chol_P, lrvb.moments_gram(moments))
 
 
 def _subsample(key, data, sample: int):
@@ -312,17 +399,15 @@ def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, ch
 
 def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
     """The ``n x n`` form (``lrvb.sites_dense_factor``) over all rows at once (used for few
-    rows only, :func:`uses_dense`); the precision factor and the sweep's image."""
+    rows only, :func:`uses_dense`): the precision factor."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     PsiT, m_f, s_f, y, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P, data,
                                              0, data.X.shape[0])
     alpha = elbo_mod.optimal_alpha(m_f, s_f, y)
     W = (y[:, None] * PsiT.T) @ cov_factor(chol_P)
-    factor = lrvb.sites_dense_factor(chol_P, W, 1.0 - y * m_f,
-                                     0.5 * data.gamma * alpha**-1.5, own)
-    st = batch_statistics(PsiT.T, m_f, s_f, y, data.gamma)
-    return factor, _target(st.g1, st.G2, data.gamma)
+    return lrvb.sites_dense_factor(chol_P, W, 1.0 - y * m_f, 0.5 * data.gamma * alpha**-1.5,
+                                   own)
 
 
 @functools.partial(_programs.Program,
@@ -335,21 +420,18 @@ def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int
     moments (:func:`response_chunk`), 0 for the ``n x n`` form (:func:`uses_dense`).
     ``sample > 0``: the moments from that many rows drawn with ``key``
     (:func:`_sampled_pass`; a multiple of ``2 chunk``)."""
-    sweep = functools.partial(_sweep, kernel, params, Z, chol_Kmm, data)
-    theta, sweeps = lrvb.polish(sweep, lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter,
-                                tol=POLISH_TOL)
+    theta, sweeps, residual = _polish(kernel, params, Z, chol_Kmm, data,
+                                      lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter)
     error = jnp.zeros((), theta.dtype)
     if sample:
         chol_lr, error = _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample,
                                        chunk)
-        image = sweep(theta)
     elif chunk:
-        chol_lr, image = _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk)
+        chol_lr = _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk)
     else:
-        chol_lr, image = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
+        chol_lr = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
     factor_u = chol_Kmm @ cov_factor(chol_lr)
-    return Response(chol_lr, factor_u @ factor_u.T, lrvb.relative_change(theta, image), sweeps,
-                    theta, error)
+    return Response(chol_lr, factor_u @ factor_u.T, residual, sweeps, theta, error)
 
 
 SAMPLE_P = 16

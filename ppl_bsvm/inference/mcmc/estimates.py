@@ -66,12 +66,17 @@ sparse GP at ``n = 2000``: 71-94 s and 78 s.
 rank-``r`` preconditioner (``n r^2 + r^3 / 3`` plus ``ITER_GUESS (n^2 + 4 n r)``: the counts of
 the rule that chooses, :func:`~ppl_bsvm.inference.mcmc.pcg.pcg_rank`); then ``k`` line moves
 (``LINE_OPS n k``) and a few products with ``n x n`` matrices (the prior draw by the fixed
-factor, the warmup window's sums: :data:`SWEEP_SQUARE_OPS` ``n^2``). Learning the ``k``
-directions takes two eigendecompositions of an ``n x n`` covariance per chain
-(:data:`EIGH_OPS` ``n^3`` each). Measured (200 sweeps of 4 chains, 100 at ``n = 2000``): 1.1-1.3
-s at ``n = 400`` on the breast-cancer data (the Cholesky path), estimated 1.0 s once the path
-is known; 2.0-2.8 s at ``n = 1000`` on Banana (conjugate gradients, ``r = 48``), 2.6 s;
-9.7-19.5 s at ``n = 2000`` (``r = 48``), 17 s. Which
+factor, the final ``x K``: :data:`SWEEP_SQUARE_OPS` of them). The products of the chains'
+vectors with an ``n x n`` matrix, the iterations' included, run at a fraction of the rate of
+the factorisations and are counted :data:`PRODUCT_OPS` times. Learning the ``k`` directions
+takes two eigendecompositions of an ``n x n`` covariance per chain (:data:`EIGH_OPS` ``n^3``
+each; beyond 512 points SVDs of the kept draws). Measured (200 sweeps of 4 chains, 100 at
+``n = 2000``): 0.69 s at ``n = 400`` on the breast-cancer data (conjugate gradients, ``r =
+48``), estimated 0.36 s once the path is known; 1.55 s at ``n = 1000`` on Banana (``r = 32``),
+2.0 s; 2.6 s at ``n = 2000`` (``r = 48``), 5.4 s (the estimate counts the set-up, the
+measurement only the sweeps); 863-890 s for 800 sweeps at ``n = 10^4`` on ``susy`` (``r =
+192``, 32 directions, 9.6 iterations; ``reports/sbsvm_truth``), 661 s once the path is known
+and 455 s before (215 s and 335 s before :data:`PRODUCT_OPS`). Which
 path a fit takes depends on ``K``'s spectrum, known only once ``K`` is computed: the estimate
 before any work assumes the cheaper of the two at rank :data:`RANK_GUESS`, and the engine looks
 again once it has chosen (:func:`gibbs_gp_flops` with the rank, ``_cost.check_refined``).
@@ -127,7 +132,16 @@ POINT_OPS = 2000.0
 pseudo-likelihood and its derivative)."""
 
 SWEEP_SQUARE_OPS = 4.0
-"""Operations per ``n^2`` of a GP Gibbs sweep besides its solve and line moves."""
+"""Products with ``n x n`` matrices per GP Gibbs sweep besides its solve and line moves."""
+
+PRODUCT_OPS = 2.5
+"""Operations per multiply-add of a GP Gibbs sweep's products of the chains' vectors with an
+``n x n`` matrix (the conjugate-gradient iterations, the prior draw, the final ``x K``): such a
+product streams the whole matrix for four vectors and ran at 5.4-6.2 x 10^9 multiply-adds a
+second for ``n`` = 2000-10^4 (XLA's, 2 cores), against :data:`~ppl_bsvm._cost.RATE` for the
+factorisations. With 1 (before), the estimate of a sweep of 4 chains at ``n = 10^4`` on
+``susy`` (rank 192, 9.6 iterations) was 0.37 s against 0.69-0.74 s measured (1.0 s on slow
+days); with 2.5 it is 0.77 s."""
 
 EIGH_OPS = 4.5
 """Operations per ``n^3`` of one eigendecomposition (the learned directions, the
@@ -267,6 +281,14 @@ def _learn_flops(n: int, k: int) -> float:
     return EIGH_OPS * n**3
 
 
+def _solve_ops(n: int, rank: int, iterations: float) -> float:
+    """``pcg.solve_flops`` (the counts the rule that chooses the path compares) with each
+    iteration's product counted at :data:`PRODUCT_OPS`: the time the solve takes."""
+    if rank <= 0:
+        return pcg.solve_flops(n, 0, 0.0)
+    return pcg.solve_flops(n, rank, 0.0) + iterations * (PRODUCT_OPS * n**2 + 4.0 * n * rank)
+
+
 def gibbs_gp_flops(n: int, d: int, options: dict, rank: int | None = None,
                    iterations: float | None = None) -> float:
     """GP Gibbs: sweeps x (solve + line moves + ``n^2`` products), and two eigendecompositions
@@ -277,10 +299,10 @@ def gibbs_gp_flops(n: int, d: int, options: dict, rank: int | None = None,
     from .gibbs import LINE_OPS
 
     iterations = ITER_GUESS if iterations is None else float(iterations)
-    solve = (min(pcg.solve_flops(n, 0, 0.0), pcg.solve_flops(n, min(RANK_GUESS, n), ITER_GUESS))
-             if rank is None else pcg.solve_flops(n, rank, iterations))
+    solve = (min(_solve_ops(n, 0, 0.0), _solve_ops(n, min(RANK_GUESS, n), ITER_GUESS))
+             if rank is None else _solve_ops(n, rank, iterations))
     k, learned = _gp_directions(n, options)
-    sweep = solve + LINE_OPS * n * k + SWEEP_SQUARE_OPS * n**2
+    sweep = solve + LINE_OPS * n * k + PRODUCT_OPS * SWEEP_SQUARE_OPS * n**2
     chains = int(options.get("num_chains", 4))
     learn = 2 * _learn_flops(n, k) if learned and int(options.get("num_warmup", 1000)) >= 8 else 0.0
     return sweeps(options) * sweep + chains * learn + _spectrum_flops(n) + cholesky(n)

@@ -324,7 +324,6 @@ def scale(n: int, warmup: int, draws: int) -> dict:
     :data:`ESS_TARGET` would take hours."""
     import ppl_bsvm
     from ppl_bsvm.inference.mcmc.gibbs import _gibbs_gp_bytes
-    from ppl_bsvm.inference.mcmc.gibbs_kernel import gp_directions
 
     X, y, X_test, _ = problem(n)
     kernel = learned_kernel(X, y)
@@ -346,7 +345,7 @@ def scale(n: int, warmup: int, draws: int) -> dict:
         "cg_iters_mean": float(stats["cg_iters"].mean()),
         "cg_fallback": int(stats["cg_fallback"].sum()),
         "ess_bulk_min_f_test": float(ess.min()), "rhat_max_f_test": float(rhat.max()),
-        "directions": gp_directions(n),
+        "directions": fit.options["directions"],
         "peak_rss_mb_before": before, "peak_rss_mb": peak,
         "estimate_mb": _gibbs_gp_bytes(n, X.shape[1], options) / 2**20,
         "machine": machine_note(),

@@ -191,6 +191,14 @@ def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim
     return run
 
 
+def _resolved(options: GibbsOptions, linear: bool, dim: int) -> dict:
+    """What ``Fit.options`` records beyond the user's options: the number of line-move
+    directions the default (``directions=None``) chose for a vector of ``dim`` coordinates."""
+    if options.directions is not None:
+        return {}
+    return {"directions": int(_resolve_for(None, linear, dim))}
+
+
 def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
     """What each chain keeps: the precision of ``beta | lam`` and its factor (``p x p``
     each), and for ``k`` line-move directions (``"all"``: ``p``) the directions, their
@@ -314,6 +322,7 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
         sample_stats=_gibbs_stats(run.extra), coords={"feature": setup.features},
         predictor=linear_predictor(run.samples["beta"], options.intercept, options,
                                    options.gamma),
+        options=_resolved(options, True, setup.Xd.shape[1]),
     )
 
 
@@ -357,7 +366,8 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     directions : int, "all", array of shape (k, n) or None, default=None
         Exact moves along ``k`` learned directions of the marginal posterior of ``f`` in every
         sweep (``BSVMGibbs``); ``None`` is 10 up to 1,600 points (or ``n`` if smaller), one per
-        160 points beyond, at most 32 (``gibbs_kernel.gp_directions``); 0 turns them off. On
+        160 points beyond, at most 32 (``gibbs_kernel.gp_directions``; the number chosen is
+        ``Fit.options["directions"]``); 0 turns them off. On
         the benchmark (n = 300) ten directions lift the smallest ESS per draw from 0.25 to
         0.77 (0.13 to 0.51 with ``overrelax=0``). Learning them keeps, per chain, an ``n x n``
         covariance up to n = 512 and beyond it the warmup window's last 512 draws of ``f``
@@ -395,4 +405,5 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         sample_stats=_gibbs_stats(run.extra),
         predictor=gp_predictor(kernel, setup, run.samples["f"], options, options.gamma, chol),
         kernel_params=setup.params, jitter=setup.jitter,
+        options=_resolved(options, False, problem.n),
     )

@@ -37,7 +37,7 @@ from ppl_bsvm.inference.mcmc import (
     sample_line,
     sample_scale,
 )
-from ppl_bsvm.inference.mcmc import line_moves, pcg, sweep
+from ppl_bsvm.inference.mcmc import gibbs_kernel, line_moves, pcg, sweep
 from ppl_bsvm.inference.mcmc._common import thin_draws
 
 P_MIN = 1e-3
@@ -734,6 +734,8 @@ def test_the_gp_sampler_factors_its_kernel_matrix_once(curve, monkeypatch):
                        num_warmup=5, num_chains=1, seed=0)
     assert shapes == [(len(X), len(X))]
     assert np.all(np.isfinite(fit.predict_proba(X)))
+    # the number of line-move directions the default chose is recorded with the options
+    assert fit.options["directions"] == gibbs_kernel.gp_directions(len(X)) > 0
 
 
 @pytest.mark.parametrize(

@@ -126,31 +126,42 @@ def test_nuts_count_is_iterations_times_assumed_steps_times_a_gradient():
 
 def test_gibbs_gp_count_and_the_engine_looks_again_once_the_path_is_known(monkeypatch,
                                                                           toy2d):
-    """Sweeps of (solve + 10 line moves + 4 products with n x n matrices), two n^3
-    eigendecompositions (4.5 n^3 each) per chain to learn the directions, and the engine's own
-    factor and eigendecomposition of K; each product of the chains' vectors with an n x n
-    matrix counts 2.5 n^2 (``estimates.PRODUCT_OPS``), the conjugate gradients' too. Before
-    any work the solve is the cheaper of the Cholesky factor and conjugate gradients
-    at rank 64 and 6 iterations; the engine then checks again with the rank K's spectrum chose
-    and the iterations the rule predicted. Beyond 512 points the directions come from SVDs of
-    512 kept draws (6 n 512^2) and beyond 2048 the spectrum from the range finder (6 n^2 s
-    with s = 576, and two QR factors)."""
+    """Sweeps of (solve + 10 line moves + 4 products with n x n matrices), the directions
+    learned twice, and the engine's own factor and eigendecomposition of K; each product of
+    the chains' vectors with an n x n matrix counts 2.5 n^2 (``estimates.PRODUCT_OPS``), the
+    conjugate gradients' too. Before any work the solve is the cheaper of the Cholesky factor
+    and conjugate gradients at rank 64 and 6 iterations; the engine then checks again with
+    the rank K's spectrum chose and the iterations the rule predicted. Beyond 512 points the
+    4 vectorised chains learn the directions together from their 4 x 512 kept draws: an SVD
+    of them (6 max(w, n) min(w, n)^2) on the Cholesky path, else their projection onto the
+    preconditioner's r eigenvectors and an SVD in r dimensions (w n r + 6 w r^2); chains run
+    one after the other learn alone. Beyond 2048 points the spectrum comes from the range
+    finder (6 n^2 s with s = 576, and two QR factors)."""
     from ppl_bsvm.inference.mcmc import gibbs, pcg
 
     engine = get_engine("gp", "gibbs")
     options = engine.options().as_dict()
-    n = 1000
+    n, w = 1000, 4 * 512
     chol = n**3 / 3
     cg = n * 64**2 + 64**3 / 3 + 6 * (2.5 * n**2 + 4 * n * 64)
-    rest = 4 * 2 * 6 * n * 512**2 + 4.5 * n**3 + chol
+    own = 4.5 * n**3 + chol  # the engine's spectrum and factor of K
+
+    def learn(r):
+        return 2 * (w * n * r + 6 * w * r * r if r else 6 * w * n**2)
+
     sweep = 100.0 * n * 10 + 4 * 2.5 * n**2
-    assert engine.flops(n, 2, options) == pytest.approx(8000 * (min(chol, cg) + sweep) + rest)
-    assert engine.flops(n, 2, options, rank=0) == pytest.approx(8000 * (chol + sweep) + rest)
+    assert cg < chol
+    assert engine.flops(n, 2, options) == pytest.approx(8000 * (cg + sweep) + learn(64) + own)
+    assert engine.flops(n, 2, options, rank=0) == pytest.approx(
+        8000 * (chol + sweep) + learn(0) + own)
+    alone = 4 * 2 * 6 * n * 512**2
+    assert engine.flops(n, 2, {**options, "chain_method": "sequential"}, rank=0) == (
+        pytest.approx(8000 * (chol + sweep) + alone + own))
     assert engine.flops(n, 2, {**options, "directions": 0}, rank=0) == pytest.approx(
-        8000 * (chol + 10 * n**2) + 4.5 * n**3 + chol)
+        8000 * (chol + 10 * n**2) + own)
     cg20 = n * 128**2 + 128**3 / 3 + 20 * (2.5 * n**2 + 4 * n * 128)
     assert engine.flops(n, 2, options, rank=128, iterations=20) == pytest.approx(
-        8000 * (cg20 + sweep) + rest)
+        8000 * (cg20 + sweep) + learn(128) + own)
     big, s = 5000, 576
     assert engine.flops(big, 2, {**options, "directions": 0}, rank=0) == pytest.approx(
         8000 * (big**3 / 3 + 10 * big**2) + 6 * big**2 * s + 4 * big * s**2 + big**3 / 3)

@@ -68,15 +68,18 @@ the rule that chooses, :func:`~ppl_bsvm.inference.mcmc.pcg.pcg_rank`); then ``k`
 (``LINE_OPS n k``) and a few products with ``n x n`` matrices (the prior draw by the fixed
 factor, the final ``x K``: :data:`SWEEP_SQUARE_OPS` of them). The products of the chains'
 vectors with an ``n x n`` matrix, the iterations' included, run at a fraction of the rate of
-the factorisations and are counted :data:`PRODUCT_OPS` times. Learning the ``k`` directions
-takes two eigendecompositions of an ``n x n`` covariance per chain (:data:`EIGH_OPS` ``n^3``
-each; beyond 512 points SVDs of the kept draws). Measured (200 sweeps of 4 chains, 100 at
-``n = 2000``): 0.69 s at ``n = 400`` on the breast-cancer data (conjugate gradients, ``r =
-48``), estimated 0.36 s once the path is known; 1.55 s at ``n = 1000`` on Banana (``r = 32``),
-2.0 s; 2.6 s at ``n = 2000`` (``r = 48``), 5.4 s (the estimate counts the set-up, the
-measurement only the sweeps); 863-890 s for 800 sweeps at ``n = 10^4`` on ``susy`` (``r =
-192``, 32 directions, 9.6 iterations; ``reports/sbsvm_truth``), 661 s once the path is known
-and 455 s before (215 s and 335 s before :data:`PRODUCT_OPS`). Which
+the factorisations and are counted :data:`PRODUCT_OPS` times. The ``k`` directions are
+learned twice, by vectorised chains together (:func:`_learn_flops`): an eigendecomposition
+of the window's covariance (:data:`EIGH_OPS` ``n^3``; beyond 512 points an SVD of the kept
+draws), on the conjugate-gradient path within the span of the preconditioner's ``r``
+eigenvectors (a projection and an ``r``-dimensional one). Measured (200 sweeps of 4 chains, 100 at
+``n = 2000``): 0.86 s at ``n = 400`` on the breast-cancer data (conjugate gradients, ``r =
+48``), estimated 0.25 s once the path is known (a sweep's fixed costs, not counted, dominate
+there); 1.61 s at ``n = 1000`` on Banana (``r = 32``), 1.4 s; 2.8 s at ``n = 2000`` (``r =
+48``), 4.1 s (the estimate counts the set-up, the measurement only the sweeps); 863-890 s for
+800 sweeps at ``n = 10^4`` on ``susy`` (``r = 192``, 32 directions, 9.6 iterations;
+``reports/sbsvm_truth``), 655 s once the path is known and 449 s before (335 s and 215 s
+before :data:`PRODUCT_OPS` and the pooled learning's count). Which
 path a fit takes depends on ``K``'s spectrum, known only once ``K`` is computed: the estimate
 before any work assumes the cheaper of the two at rank :data:`RANK_GUESS`, and the engine looks
 again once it has chosen (:func:`gibbs_gp_flops` with the rank, ``_cost.check_refined``).
@@ -272,13 +275,22 @@ def _spectrum_flops(n: int) -> float:
     return 6.0 * n**2 * s + 4.0 * n * s**2
 
 
-def _learn_flops(n: int, k: int) -> float:
-    """Learning ``k`` directions at the end of one warmup window, per chain: an eigen-
-    decomposition of the ``n x n`` covariance, or beyond ``WINDOW_DRAWS`` dimensions (and for
-    fewer directions) an SVD of the kept draws."""
+def _learn_flops(n: int, k: int, chains: int, rank: int, pooled: bool) -> float:
+    """Learning ``k`` directions at the end of one warmup window, for all ``chains``:
+    ``pooled`` (vectorised chains, ``sweep._learn_pooled``) once from all their windows, else
+    each chain from its own: an eigendecomposition of the ``n x n`` covariance, or beyond
+    ``WINDOW_DRAWS`` dimensions an SVD of the ``w`` kept draws (``WINDOW_DRAWS`` a chain, all
+    the chains' when pooled); where conjugate gradients solve the sweep (``rank >= k``), both
+    within the span of the preconditioner's ``r`` eigenvectors (``sweep._smooth_basis``): a
+    projection and an ``r``-dimensional decomposition."""
+    groups, size = (1, chains) if pooled else (chains, 1)
+    r = rank if rank >= k else 0
     if _keeps_draws(k, n):
-        return SVD_OPS * n * WINDOW_DRAWS**2
-    return EIGH_OPS * n**3
+        w = size * WINDOW_DRAWS
+        one = w * n * r + SVD_OPS * w * r * r if r else SVD_OPS * max(w, n) * min(w, n) ** 2
+    else:
+        one = n * n * r + EIGH_OPS * r**3 if r else EIGH_OPS * n**3
+    return groups * one
 
 
 def _solve_ops(n: int, rank: int, iterations: float) -> float:
@@ -291,21 +303,26 @@ def _solve_ops(n: int, rank: int, iterations: float) -> float:
 
 def gibbs_gp_flops(n: int, d: int, options: dict, rank: int | None = None,
                    iterations: float | None = None) -> float:
-    """GP Gibbs: sweeps x (solve + line moves + ``n^2`` products), and two eigendecompositions
-    (or SVDs of the kept draws) per chain when the directions are learned, plus the engine's
+    """GP Gibbs: sweeps x (solve + line moves + ``n^2`` products), and two learnings of the
+    directions (:func:`_learn_flops`) when they are learned, plus the engine's
     own set-up (the factor and the spectrum of ``K``). ``rank``: the preconditioner's (0: the
     Cholesky path) and ``iterations`` its predicted iterations per solve; None before they are
     known: the cheaper path at :data:`RANK_GUESS` and :data:`ITER_GUESS` (module doc)."""
     from .gibbs import LINE_OPS
 
     iterations = ITER_GUESS if iterations is None else float(iterations)
-    solve = (min(_solve_ops(n, 0, 0.0), _solve_ops(n, min(RANK_GUESS, n), ITER_GUESS))
-             if rank is None else _solve_ops(n, rank, iterations))
+    if rank is None:  # the cheaper path at the guessed rank
+        guess = min(RANK_GUESS, n)
+        rank = guess if _solve_ops(n, guess, ITER_GUESS) < _solve_ops(n, 0, 0.0) else 0
+        iterations = ITER_GUESS
+    solve = _solve_ops(n, rank, iterations)
     k, learned = _gp_directions(n, options)
     sweep = solve + LINE_OPS * n * k + PRODUCT_OPS * SWEEP_SQUARE_OPS * n**2
     chains = int(options.get("num_chains", 4))
-    learn = 2 * _learn_flops(n, k) if learned and int(options.get("num_warmup", 1000)) >= 8 else 0.0
-    return sweeps(options) * sweep + chains * learn + _spectrum_flops(n) + cholesky(n)
+    pooled = options.get("chain_method", "vectorized") == "vectorized"
+    learn = (2 * _learn_flops(n, k, chains, rank, pooled)
+             if learned and int(options.get("num_warmup", 1000)) >= 8 else 0.0)
+    return sweeps(options) * sweep + learn + _spectrum_flops(n) + cholesky(n)
 
 
 def _gibbs_gp_hint(n: int, d: int, options: dict) -> str:

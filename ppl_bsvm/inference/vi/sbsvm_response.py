@@ -280,10 +280,11 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int):
     from a stable fixed point) leaves the steps plain.
     """
     m = Z.shape[0]
+    if max_iter == 0:  # the residual alone: a plain sweep, no G_xx
+        image = _sweep(kernel, params, Z, chol_Kmm, data, theta)
+        return theta, jnp.ones((), jnp.int32), lrvb.relative_change(theta, image)
     image, G_xx = _sweep(kernel, params, Z, chol_Kmm, data, theta, mean_block=True)
     residual = lrvb.relative_change(theta, image)
-    if max_iter == 0:
-        return theta, jnp.ones((), jnp.int32), residual
     ref = gaussian_from_precision(*lrvb.unpack(theta, m))[1]
     chol_mean = jnp.linalg.cholesky(jnp.eye(m, dtype=theta.dtype) - 0.5 * (G_xx + G_xx.T))
     chol_mean = jnp.where(jnp.all(jnp.isfinite(chol_mean)), chol_mean,

@@ -9,10 +9,11 @@ precision ``I``. The tilt ``t^T u = (L^T t)^T v`` gives ``Cov_LR(u) = L Cov_LR(v
 1. **Polish** (:func:`_polish`): from the state SVI stopped at, sweeps of that iteration
    over all rows (:func:`_sweep`: chunks of ``PASS_CHUNK``, ``Psi`` recomputed per chunk,
    never an ``n x m`` matrix), ``O(n m^2 + n m d)`` each, until the relative change of
-   ``theta = (eta1, vech prec)`` is at most :data:`POLISH_TOL` or ``lrvb.POLISH_ITER``
-   sweeps. The steps are Anderson-accelerated and their mean's part is Newton's, with the
-   mean's block of the response's own ``G`` summed in the first sweep: 6-9 sweeps where
-   Anderson with plain steps took 18-20.
+   ``theta = (eta1, vech prec)`` is at most :data:`POLISH_TOL` (:data:`SAMPLED_POLISH_TOL`
+   where the moments come from a subsample) or ``lrvb.POLISH_ITER`` sweeps. The steps are
+   Anderson-accelerated and their mean's part is Newton's, with the mean's block of the
+   response's own ``G`` summed in the first sweep: 6-9 sweeps to 1e-8 where Anderson with
+   plain steps took 18-20.
 2. **Response** at the polished ``q(v) = N(mu, P^{-1})``, with ``W = Z P_L^{-T}``,
    ``r_i = 1 - y_i psi_i^T mu``, ``g_i = gamma alpha_i^{-3/2} / 2`` (``lrvb`` module doc, the
    Gaussian-sites closed form): either one pass accumulating ``G`` (``lrvb.SitesMoments``, one
@@ -36,7 +37,7 @@ as fast), the factorisation ``P^3 / 3 ~ m^6 / 24``, the memory ``O(P^2)``
 ``O(m^3)``, ``n``-free cost one might hope for: the response of ``q(v)``'s covariance to the
 tilt, which the linear response needs, depends on all the ``m^4 / 24`` distinct fourth moments
 of the ``n`` rows ``w_i``. The ``n x n`` form costs ``O(n^2 m + n^3 / 3)`` instead. The
-polish adds its sweeps (6-9 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
+polish adds its sweeps (5-8 measured, :data:`POLISH_SWEEPS`) of ``O(n m^2 + n m d)``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ from ._svi import BatchStatistics, batch_statistics, target_from_statistics
 from .sbsvm_defaults import default_polish, inducing_count
 from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
 
-__all__ = ["POLISH_SWEEPS", "POLISH_TOL", "Response", "linear_response", "respond",
-           "response_flops", "response_bytes", "engine_flops", "size"]
+__all__ = ["POLISH_SWEEPS", "POLISH_TOL", "SAMPLED_POLISH_TOL", "Response", "linear_response",
+           "respond", "response_flops", "response_bytes", "engine_flops", "size"]
 
 
 def size(m: int) -> int:
@@ -76,11 +77,22 @@ generator (m = 64) the sds of ``f`` at 500 held-out points moved by at most 2e-7
 points) and 7e-9 (10^6) against a polish to 1e-11, which took 23 and 26 sweeps against 16 and
 18 (at 10^6, 27.1 s -> 19.6 s of correction)."""
 
-POLISH_SWEEPS = 12
+SAMPLED_POLISH_TOL = lrvb.RESIDUAL_TOL
+"""The polish's tolerance where the moments come from a subsample (:func:`sample_rows`): the
+residual at which ``lrvb.accept`` trusts a response. Its error, about ``r / (1 -
+||dG/dtheta||)`` (``||G||`` about 0.9 here), is then far below the subsample's own (up to
+:data:`MC_TOL`, 0.5 %), so sweeps beyond it buy nothing. Measured on the ``susy`` generator
+(m = 64, the same subsample), the sds of ``u`` against a polish to :data:`POLISH_TOL`: at 10^5
+points within 2.2e-5 (median 7.5e-7) after 6 sweeps where 1e-8 took 8; at 10^6 within 2.7e-6
+(median 2.8e-7) after 6 sweeps where 1e-8 took 8 (about 2.2 s of the correction). 1-2 sweeps
+fewer at 10^4-10^5 points, m = 16-128 (5-8 in all)."""
+
+POLISH_SWEEPS = 10
 """Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
 stopping point on the ``susy`` generator (10^4-10^6 points, m = 16-128) :func:`_polish` took
-6-9 to :data:`POLISH_TOL`, the first included (Anderson with plain steps took 16-18 and one
-more for the residual; plain sweeps 57-185 to 1e-11)."""
+5-8 to :data:`SAMPLED_POLISH_TOL`, the first included (6-10 to :data:`POLISH_TOL`; Anderson
+with plain steps took 16-18 to 1e-8 and one more for the residual; plain sweeps 57-185 to
+1e-11)."""
 
 
 def response_flops(n: int, m: int, d: int = 1) -> float:
@@ -252,9 +264,9 @@ def _preconditioned(phi, image, chol_mean):
     return phi + jnp.concatenate([cho_solve((chol_mean, True), d[:m]), d[m:]])
 
 
-def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int):
+def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float = POLISH_TOL):
     r"""``theta`` moved to the fixed point of :func:`_sweep` (relative change at most
-    :data:`POLISH_TOL`, or ``max_iter`` steps): ``(theta*, sweeps, residual)``, ``sweeps``
+    ``tol``, or ``max_iter`` steps): ``(theta*, sweeps, residual)``, ``sweeps``
     the passes over the rows (the one at ``theta`` included), ``residual`` the relative change
     of a sweep at ``theta*`` (from the last one: no extra pass).
 
@@ -271,13 +283,13 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int):
     product a row there), and the covariance's plain step make the preconditioned
     map :func:`_preconditioned`, whose fixed point is the sweep's; Anderson acceleration
     (``fixed_point.anderson``, as ``lrvb.polish``) takes it there. Measured from SVI's state
-    (relative change 3e-3 to 1e-2; ``susy``, m = 64): 8 sweeps in all where Anderson with
-    plain steps took 16 and 18, and 2 more (its first, and one for the residual), at 10^5 and
-    10^6 points (``reports/sbsvm_response``). The whole ``G`` (from the response's subsample,
-    ``O(m^4)`` a row) as the preconditioner took as many sweeps, and its pass cost as much as
-    14 sweeps at 10^5 points; ``G_xx`` formed again at every step, without Anderson, took 7
-    sweeps, each with the extra product. An ``I - G_xx`` that is not positive definite (far
-    from a stable fixed point) leaves the steps plain.
+    (relative change 3e-3 to 1e-2; ``susy``, m = 64): 8 sweeps in all to 1e-8 (6 to
+    :data:`SAMPLED_POLISH_TOL`) where Anderson with plain steps took 16 and 18, and 2 more (its
+    first, and one for the residual), at 10^5 and 10^6 points (``reports/sbsvm_response``). The
+    whole ``G`` (from the response's subsample, ``O(m^4)`` a row) as the preconditioner took as
+    many sweeps, and its pass cost as much as 14 sweeps at 10^5 points; ``G_xx`` formed again at
+    every step, without Anderson, took 7 sweeps, each with the extra product. An ``I - G_xx``
+    that is not positive definite (far from a stable fixed point) leaves the steps plain.
     """
     m = Z.shape[0]
     if max_iter == 0:  # the residual alone: a plain sweep, no G_xx
@@ -299,13 +311,13 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int):
         phi = _whiten(theta, ref)
         out = fixed_point.anderson(mapped, _preconditioned(phi, _whiten(image, ref), chol_mean),
                                    max_iter - 1, lambda x, gx, res: res,
-                                   lambda s: s.res <= POLISH_TOL)
+                                   lambda s: s.res <= tol)
         return _unwhiten(out.x, ref), out.k + 2, out.res
 
     def done(_):
         return theta, jnp.ones((), jnp.int32), residual
 
-    return jax.lax.cond(residual <= POLISH_TOL, done, run, None)
+    return jax.lax.cond(residual <= tol, done, run, None)
 
 
 @functools.partial(_programs.Program, static_argnames=("kernel",))
@@ -412,17 +424,17 @@ def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
 
 
 @functools.partial(_programs.Program,
-                   static_argnames=("kernel", "max_iter", "chunk", "sample"))
+                   static_argnames=("kernel", "max_iter", "chunk", "sample", "tol"))
 def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int,
-                    chunk: int, sample: int = 0, key=None) -> Response:
+                    chunk: int, sample: int = 0, key=None, tol: float = POLISH_TOL) -> Response:
     """Polish S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) to the batch fixed
     point and compute its linear response there (module doc); ``data`` is ``sbsvm``'s
     ``SBSVMData`` (``X``, ``y``, ``n``, ``gamma``), ``chunk`` the rows per chunk of the
     moments (:func:`response_chunk`), 0 for the ``n x n`` form (:func:`uses_dense`).
     ``sample > 0``: the moments from that many rows drawn with ``key``
-    (:func:`_sampled_pass`; a multiple of ``2 chunk``)."""
+    (:func:`_sampled_pass`; a multiple of ``2 chunk``); ``tol`` the polish's."""
     theta, sweeps, residual = _polish(kernel, params, Z, chol_Kmm, data,
-                                      lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter)
+                                      lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter, tol)
     error = jnp.zeros((), theta.dtype)
     if sample:
         chol_lr, error = _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample,
@@ -465,14 +477,16 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
 
     Beyond ``2 SAMPLE_P P`` rows the moments come from a subsample (:func:`_sampled_pass`)
     that grows fourfold until its estimated error is at most :data:`MC_TOL` (the full sum
-    once it would be half the rows); the polish runs once."""
+    once it would be half the rows); the polish runs once, to :data:`SAMPLED_POLISH_TOL` for a
+    subsample (its error is far below the subsample's), else to :data:`POLISH_TOL`."""
     m, rows = st.Z.shape[0], data.X.shape[0]
     chunk = lrvb.response_chunk(rows, m)
     n = int(data.n)
     sample = sample_rows(n, m, chunk)
     data = data._replace(order=None)
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data,
-                          lrvb.POLISH_ITER, chunk, sample, random.fold_in(key, 1))
+                          lrvb.POLISH_ITER, chunk, sample, random.fold_in(key, 1),
+                          SAMPLED_POLISH_TOL if sample else POLISH_TOL)
     sweeps = int(res.sweeps)
     while sample and not float(res.mc_error) <= MC_TOL:
         sample = 4 * sample if 8 * sample <= n else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -199,8 +200,13 @@ def check_gamma(gamma) -> float:
 
 def mvn_draws(key, mean, chol_cov, num_draws: int):
     """``num_draws`` draws of ``N(mean, L L^T)`` as an array ``(1, num_draws, dim)``."""
+    return np.asarray(_mvn_draws(key, mean, chol_cov, num_draws))[None]
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _mvn_draws(key, mean, chol_cov, num_draws: int):
     z = jax.random.normal(key, (num_draws, mean.shape[0]), dtype=mean.dtype)
-    return np.asarray(mean + z @ chol_cov.T)[None]
+    return mean + z @ chol_cov.T
 
 
 def gaussian_idata(

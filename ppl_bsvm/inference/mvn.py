@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
@@ -82,6 +83,9 @@ def kl(mean0, chol0, mean1=None, chol1=None):
     return kl_whitened(W, b, log_det(chol1), log_det(chol0))
 
 
+# jitted (as the two below): engines also call them outside their compiled loops, where each
+# operation would compile alone
+@jax.jit
 def kl_precision(mean, chol_prec, log_scale=0.0):
     r"""``KL(N(mean, (L L^T)^{-1}) || N(0, s^2 I))`` from the Cholesky factor ``L`` of the
     precision, ``log_scale = log s``:
@@ -98,6 +102,7 @@ def kl_precision(mean, chol_prec, log_scale=0.0):
     return kl_whitened(w * L_inv, w * mean, 2.0 * k * log_scale, -log_det(chol_prec))
 
 
+@jax.jit
 def cov_factor(chol_prec):
     """``L^{-T}``: a square root of the covariance ``(L L^T)^{-1}`` (draws are
     ``mean + L^{-T} z``)."""
@@ -105,6 +110,7 @@ def cov_factor(chol_prec):
     return solve_triangular(chol_prec, eye, lower=True).T
 
 
+@jax.jit
 def gaussian_from_precision(eta1, prec):
     """``(mean, chol)`` of ``N(P^{-1} eta1, P^{-1})``, ``chol`` the lower Cholesky factor of ``P``
     (symmetrised first: the engines' updates leave ``P`` symmetric only up to rounding)."""

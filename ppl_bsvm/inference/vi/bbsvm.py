@@ -120,6 +120,8 @@ class OptimalQ(NamedTuple):
     bound: jnp.ndarray  # () max_q L(q, alpha)
 
 
+# jitted: the engine calls it outside its loop too, where each operation would compile alone
+@partial(jax.jit, static_argnums=0)
 def optimal_q(kernel: Kernel, params, data: BBSVMData, alpha) -> OptimalQ:
     """The best ``q(f)`` for fixed ``alpha`` and the value of the ELBO there."""
     K = gram(kernel, params, data.X, data.jitter)
@@ -132,6 +134,7 @@ def optimal_q(kernel: Kernel, params, data: BBSVMData, alpha) -> OptimalQ:
     return OptimalQ(mean, var, K, fac, a, bound)
 
 
+@jax.jit
 def _collapse(q: OptimalQ, data: BBSVMData, alpha):
     """``alpha`` optimal for ``q`` and the ELBO there: the bound at ``alpha`` plus the gain of
     re-optimising ``alpha`` (KL unchanged), ``gamma sum(a'/(2 sqrt a) + sqrt(a)/2 - sqrt(a'))``."""
@@ -141,6 +144,7 @@ def _collapse(q: OptimalQ, data: BBSVMData, alpha):
     return new, q.bound + gain
 
 
+@partial(jax.jit, static_argnums=0)
 def init(static: Static, _key, data: BBSVMData, params) -> BBSVMState:
     """Start from ``q(f)`` = the prior at the hyperparameters ``params``: ``alpha_i = 1 +
     K_ii``."""

@@ -128,12 +128,15 @@ def map_objective(quad, margins, gamma):
     return -0.5 * quad - 2.0 * gamma * _hinge_sum(margins)
 
 
+# jitted: the engine calls it outside its loop too, where each operation would compile alone
+@jax.jit
 def _gp_cm_step(data: GPData, lam):
     fac = gaussian.factor(data.K, lam / data.gamma)
     f, a = gaussian.posterior_mean(data.K, fac, data.y * (1.0 + lam))
     return f, a, fac
 
 
+@partial(jax.jit, static_argnums=0)
 def gp_init(_static, _key, data: GPData, start=None) -> ECMState:
     """Start from ``f = 0`` (every ``lamhat = 1``)."""
     n = data.y.shape[0]
@@ -174,6 +177,7 @@ def gp_step(_static, _key, state: ECMState, data: GPData):
     return new, ECMInfo(new.objective, relative_change(new.objective, state.objective))
 
 
+@jax.jit
 def _linear_cm_step(data: LinearData, lam):
     p = data.Z.shape[1]
     w = data.gamma / lam
@@ -183,6 +187,7 @@ def _linear_cm_step(data: LinearData, lam):
     return beta, chol
 
 
+@partial(jax.jit, static_argnums=0)
 def linear_init(_static, _key, data: LinearData, start=None) -> ECMState:
     n, p = data.Z.shape
     zeros = jnp.zeros(p, data.Z.dtype)

@@ -231,6 +231,8 @@ MARGIN_LABEL = 1.0
 labels, so the formulas in ``(f_i, y_i)`` (``elbo.py``, ``_svi``) take ``(y_i f_i, 1)``."""
 
 
+# jitted: the engine calls it outside its loop too, where each operation would compile alone
+@jax.jit
 def collapsed_elbo(data: LinearData, mu, chol, log_s):
     """Collapsed ELBO at ``q(beta) = N(mu, (L L^T)^{-1})`` and the optimal ``alpha``."""
     m, s = latent_marginals(data.Z, 0.0, mu, chol)
@@ -243,6 +245,7 @@ def collapsed_elbo(data: LinearData, mu, chol, log_s):
 # --- batch coordinate ascent --------------------------------------------------------------
 
 
+@functools.partial(jax.jit, static_argnums=(0,))
 def vi_init(_static, _key, data: LinearData, start=None) -> LinearVIState:
     """Start from ``q(beta)`` = the prior."""
     p = data.Z.shape[1]

@@ -216,6 +216,9 @@ class InducingPrior(NamedTuple):
     chol: jnp.ndarray
 
 
+# jitted: also called outside the engines' compiled steps, where each operation would
+# compile alone
+@functools.partial(jax.jit, static_argnums=0)
 def inducing_prior(kernel: Kernel, params, Z, jitter: float = DEFAULT_JITTER) -> InducingPrior:
     """``Kmm + jitter * mean(diag Kmm) I`` and its Cholesky factor (jittable)."""
     Kmm = kernel.K(params, Z, Z)
@@ -238,6 +241,7 @@ class Projection(NamedTuple):
     ktilde: jnp.ndarray
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def project(kernel: Kernel, params, prior: InducingPrior, Xb) -> Projection:
     """``kappa`` and ``ktilde`` for the rows ``Xb`` (two triangular solves, no inverse)."""
     Kmb = kernel.K(params, prior.Z, Xb)

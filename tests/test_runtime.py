@@ -156,14 +156,14 @@ def test_the_library_cache_serves_new_processes_alone_and_survives_unreadable_en
     cache = tmp_path / "cache"
     user_zero = "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)"
     first = _python(_SCOPE_PROBE.format(before=user_zero), PPL_BSVM_CACHE_DIR=str(cache))
-    assert first["unchanged"] and first["library"] > 10 and first["user"] == []
+    assert first["unchanged"] and first["library"] > 5 and first["user"] == []
     assert first["warnings"] == [] and first["loaded"] == 0  # empty cache: compiled
     second = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))
     assert second["unchanged"] and second["user"] == [] and second["p"] == first["p"]
-    assert second["warnings"] == [] and second["loaded"] > 10  # programs read from the cache
-
     entries = sorted(cache.glob("*-cache"))
-    assert len(entries) > 10
+    # every program the first process stored is read from the cache (10 for the fit and its
+    # prediction: its engine compiles one program per piece of work, not one per operation)
+    assert second["warnings"] == [] and second["loaded"] == len(entries) >= 5
     for entry in entries:
         entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
     third = _python(_SCOPE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=str(cache))

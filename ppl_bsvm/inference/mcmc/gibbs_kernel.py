@@ -166,7 +166,12 @@ def gp_directions(n: int) -> int:
     gave a smallest bulk ESS of ``f`` at 500 test points of 559, 788 and 733 and a largest
     R-hat of 1.010, 1.011 and 1.007, at 304, 314 and 268 ms per sweep (the machine's noise is
     larger than the moves' cost); at 10^4 points 62 directions cost 11 % more per sweep than
-    10 (1,090 against 983 ms), so the default stops at 32."""
+    10 (1,090 against 983 ms), so the default stops at 32. Measured again once the chains
+    learned their directions together (``susy`` at n = 5,000, its own learned kernel, 4 x
+    (200 + 300) sweeps, three seeds): 31 (the default) and 64 directions gave a smallest bulk
+    ESS of 505 / 503 / 481 and 691 / 560 / 574, a median ESS of 793-837 and 952-961, a
+    largest R-hat of 1.011-1.012 and 1.012-1.014, at 204-216 and 214-221 ms per sweep: more
+    directions are worth studying at 10^4 points, where each run takes 10-15 minutes."""
     return min(n, max(GP_DIRECTIONS, min(GP_DIRECTIONS_MAX, n // GP_POINTS_PER_DIRECTION)))
 
 GP_OVERRELAX = -0.5

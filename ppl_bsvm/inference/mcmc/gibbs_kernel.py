@@ -170,8 +170,10 @@ def gp_directions(n: int) -> int:
     learned their directions together (``susy`` at n = 5,000, its own learned kernel, 4 x
     (200 + 300) sweeps, three seeds): 31 (the default) and 64 directions gave a smallest bulk
     ESS of 505 / 503 / 481 and 691 / 560 / 574, a median ESS of 793-837 and 952-961, a
-    largest R-hat of 1.011-1.012 and 1.012-1.014, at 204-216 and 214-221 ms per sweep: more
-    directions are worth studying at 10^4 points, where each run takes 10-15 minutes."""
+    largest R-hat of 1.011-1.012 and 1.012-1.014, at 204-216 and 214-221 ms per sweep; but at
+    10^4 points (seed 0, the same sweeps) 64 directions gave a smallest ESS of 253 and a
+    largest R-hat of 1.025 against 397 and 1.018 with 32 (1,034 and 1,061 ms per sweep): no
+    consistent gain, so the cap stays."""
     return min(n, max(GP_DIRECTIONS, min(GP_DIRECTIONS_MAX, n // GP_POINTS_PER_DIRECTION)))
 
 GP_OVERRELAX = -0.5

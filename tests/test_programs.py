@@ -64,11 +64,20 @@ def test_a_new_process_loads_the_stored_programs_and_computes_the_same_numbers(t
     for name in ("vi", "beta", "svi", "u", "n_iter"):
         assert second[name] == first[name], name  # bit for bit
 
-    # With the cache off nothing is stored and the numbers are the same again.
-    off = _probe("off")
-    assert off["stats"]["loaded"] == off["stats"]["saved"] == 0
-    for name in ("vi", "beta", "svi", "u", "n_iter"):
-        assert off[name] == first[name], name
+
+def test_with_the_store_off_a_program_is_exported_and_run_and_nothing_is_written(monkeypatch):
+    """``PPL_BSVM_CACHE_DIR=off`` leaves no directory (``test_runtime``'s cache processes):
+    the program then runs as exported, in this process only. (Was a third process of the test
+    above, about 12 s: the same fits compiled once more.)"""
+    monkeypatch.setattr(_programs, "programs_dir", lambda: None)
+    program = _programs.Program(_double, static_argnums=1)
+    before = dict(_programs.stats)
+    with jax.enable_x64(True):
+        assert float(program(np.float64(2.0), 3)) == 6.0
+        assert float(program(np.float64(4.0), 3)) == 12.0  # the same program, kept
+    assert _programs.stats == before
+    assert len(program._calls) == 1
+
 
 
 @dataclasses.dataclass(frozen=True)

@@ -902,11 +902,12 @@ def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
     X, y, kern = curve
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DivergenceWarning)
-        # 2 x 100 draws: what is checked is how predictions use the draws, not convergence
+        # 2 x 100 draws, trees of at most 16 steps: what is checked is how predictions use
+        # the draws, not convergence
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit = ppl_bsvm.fit(X, y, model="gp", method="nuts", kernel=kernels.RBF(), seed=6,
                            hyperpriors={"lengthscale": dist.LogNormal(0.0, 0.5)},
-                           num_samples=100, num_warmup=100, num_chains=2)
+                           num_samples=100, num_warmup=100, num_chains=2, max_tree_depth=4)
     ell = fit.posterior["lengthscale"].values.ravel()
     assert ell.shape == (200,) and np.all(ell > 0) and np.ptp(ell) > 0
     assert float(fit.hyperparameters["lengthscale"]) == pytest.approx(np.median(ell))
@@ -926,9 +927,13 @@ def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
 
 @pytest.mark.slow
 def test_sparse_nuts_with_inducing_points_at_the_data_matches_the_gp(curve, curve_fits):
+    """The sparse model with ``Z = X`` is the GP: NUTS on ``u`` against Gibbs on ``f``.
+    4 x 1000 draws (issue 31: half the earlier 2000); measured: largest
+    difference of the means 1.7 combined MCSEs (1.5 with 2000), R-hat 1.0007, probabilities
+    within 0.005."""
     X, y, kern = curve
     fit = ppl_bsvm.fit(X, y, model="sparse_gp", method="nuts", kernel=kern, inducing=X,
-                       num_samples=2000, num_warmup=500, num_chains=4, seed=7)
+                       num_samples=1000, num_warmup=500, num_chains=4, seed=7)
     assert fit.posterior["u"].dims == ("chain", "draw", "inducing")
     s, g = _summary(fit, "u"), _summary(curve_fits["gibbs"], "f")
     se = np.hypot(s["mcse_mean"].values, g["mcse_mean"].values)

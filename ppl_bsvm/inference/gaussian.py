@@ -121,6 +121,7 @@ def predict(fac: NoisyFactor, a, K_cross, k_diag):
     return K_cross.T @ a, jnp.maximum(k_diag - jnp.sum(V**2, axis=0), 0.0)
 
 
+@jax.jit
 def psd_sqrt(K):
     """``L`` with ``L L^T = K`` for a positive semi-definite ``K``: its Cholesky factor, or,
     when ``K`` is singular and has none, ``U diag(sqrt(max(w, 0)))`` from ``K = U diag(w) U^T``

@@ -88,7 +88,7 @@ again once it has chosen (:func:`gibbs_gp_flops` with the rank, ``_cost.check_re
 from __future__ import annotations
 
 from ..._cost import cholesky, sweeps
-from .gibbs_kernel import gp_directions
+from .gibbs_kernel import direction_count
 from . import pcg
 from .sweep import WINDOW_DRAWS, _keeps_draws
 
@@ -255,15 +255,9 @@ sparse_nuts_flops.hint = _sparse_nuts_hint
 
 
 def _gp_directions(n: int, options: dict) -> tuple[int, bool]:
-    """``(k, learned)`` for the GP sampler's ``directions`` option (``gibbs_kernel``)."""
-    directions = options.get("directions")
-    if directions is None:
-        return gp_directions(n), True
-    if isinstance(directions, str):
-        return n, True
-    if isinstance(directions, int):
-        return directions, directions > 0
-    return len(directions), False
+    """``(k, learned)`` for the GP sampler's ``directions`` option
+    (``gibbs_kernel.direction_count``)."""
+    return direction_count(options.get("directions"), False, n)
 
 
 def _spectrum_flops(n: int) -> float:

@@ -79,6 +79,7 @@ from .gibbs_kernel import (
     GibbsSettings,
     _check_directions,
     _resolve_for,
+    direction_count,
     gibbs_init,
     gibbs_sample,
     gibbs_settings,
@@ -229,14 +230,9 @@ _gibbs_gp_bytes.hint = SAMPLER_HINT
 
 
 def _line_directions(options: dict, p: int) -> tuple[int, bool]:
-    """``(k, learned)``: the number of line-move directions the options ask for (``"all"`` or
-    None: ``p``) and whether they are learned in warmup (a number > 0) or fixed (an array)."""
-    directions = options.get("directions", "all")
-    if directions is None or isinstance(directions, str):
-        return p, True
-    if isinstance(directions, int):
-        return directions, directions > 0
-    return len(directions), False
+    """``(k, learned)`` for the linear sampler's ``directions`` option (default ``"all"``:
+    ``p``; ``gibbs_kernel.direction_count``)."""
+    return direction_count(options.get("directions", "all"), True, p)
 
 
 LINE_OPS = 100.0

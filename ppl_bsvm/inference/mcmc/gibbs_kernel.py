@@ -214,12 +214,25 @@ def _resolve_directions(directions, data):
     return _resolve_for(directions, isinstance(data, LinearData), _dimension(data))
 
 
+def direction_count(directions, linear: bool, d: int) -> tuple[int, bool]:
+    """``(k, learned)`` for a ``directions`` option as the user gave it (None, ``"all"``, a
+    number or an array; not checked here): the number of line-move directions of the linear
+    (``d = p``) or GP (``d = n``) sampler, and whether they are learned in warmup (None,
+    ``"all"`` or a number > 0) or fixed (an array). The one place the cost and memory
+    estimates and the sampler resolve the option."""
+    if directions is None:
+        return (d if linear else gp_directions(d)), True
+    if isinstance(directions, str):
+        return d, True
+    if isinstance(directions, (int, np.integer)):
+        return int(directions), directions > 0
+    return len(directions), False
+
+
 def _resolve_for(directions, linear: bool, d: int):
     """:func:`_resolve_directions` for the linear (``d = p``) or GP (``d = n``) sampler."""
-    if directions is None:
-        return d if linear else gp_directions(d)
-    if isinstance(directions, str):
-        return d
+    if directions is None or isinstance(directions, str):
+        return direction_count(directions, linear, d)[0]
     if isinstance(directions, int):
         if directions > d:
             raise ValueError(

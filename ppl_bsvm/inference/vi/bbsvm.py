@@ -50,7 +50,7 @@ from ...kernels import Kernel, gram
 from ...predictive import GaussianPredictor
 from .. import gaussian
 from ..latent import GPDense, GPNoisy, Latent, gp_dense, gp_noisy
-from .._common import check_kernel_matrix, gaussian_idata
+from .._common import check_kernel_matrix, gaussian_idata, mvn_draws
 from ..loop import relative_change, run
 from . import elbo as elbo_mod
 from . import lrvb
@@ -290,8 +290,7 @@ def bbsvm(problem: Problem, options: BBSVMOptions, *, key, kernel: Kernel) -> Ap
             latent = Latent(gp_dense, kernel, GPDense(X, st.params, D, q_lr.weights))
         timings = {"linear_response": time.perf_counter() - t1}
     if status == "linear response":
-        draws = np.asarray(q.mean + jax.random.normal(key, (options.num_draws, problem.n))
-                           @ gaussian.psd_sqrt(jnp.asarray(cov)).T)
+        draws = mvn_draws(key, q.mean, gaussian.psd_sqrt(jnp.asarray(cov)), options.num_draws)[0]
     else:
         draws = gaussian.sample_posterior(key, q.K, q.fac, q.mean, options.num_draws)
     elapsed = time.perf_counter() - t0

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ppl_bsvm.inference.mcmc import sweep
+from ppl_bsvm.inference.mcmc import gibbs_kernel, sweep
 
 
 @pytest.fixture(autouse=True)
@@ -124,3 +124,19 @@ def test_pooled_windows_give_the_axes_of_all_their_draws(keep, monkeypatch):
     np.testing.assert_allclose(learned.V[0], learned.V[1])
     U = np.asarray(learned.PU[0][:, :, 1])  # u = v / sd^2, beside P v
     np.testing.assert_allclose(learned.center[0], U @ draws.mean(axis=(0, 1)), rtol=1e-10)
+
+
+def test_one_reading_of_the_directions_option_for_the_estimates_and_the_sampler():
+    """``gibbs_kernel.direction_count`` (what the cost and memory estimates count) agrees with
+    the sampler's own resolution of each form of the option."""
+    n, p = 5000, 7
+    assert gibbs_kernel.direction_count(None, False, n) == (gibbs_kernel.gp_directions(n), True)
+    assert gibbs_kernel.direction_count(None, True, p) == (p, True)
+    assert gibbs_kernel.direction_count("all", False, n) == (n, True)
+    assert gibbs_kernel.direction_count(np.int64(3), True, p) == (3, True)
+    assert gibbs_kernel.direction_count(0, False, n) == (0, False)
+    assert gibbs_kernel.direction_count([[1.0] * p, [2.0] * p], True, p) == (2, False)
+    for directions, linear, d in [(None, False, n), (None, True, p), ("all", True, p),
+                                  (3, True, p)]:
+        assert gibbs_kernel._resolve_for(directions, linear, d) == gibbs_kernel.direction_count(
+            directions, linear, d)[0]

@@ -323,7 +323,9 @@ def solve(pre: Preconditioner, K, noise, b, tol: float = TOL, max_iter: int = MA
 
     # p K rather than K p (K is symmetric): with vectorised chains XLA's CPU backend computes
     # the (chains, n) x (n, n) product in 38 ms at n = 10^4 and 4 chains, the (n, n) x
-    # (n, chains) one in 49 ms, and these products are most of the sweep
+    # (n, chains) one in 49 ms (72.6 and 88.5 ms on the development machine of December 2026,
+    # whose memory is slower: the product reads K's 800 MB, so 8 chains took 76 ms), and these
+    # products are most of the sweep
     def body(carry):
         x, r, p, z, rz, k = carry
         Ap = p @ K + noise * p

@@ -79,7 +79,6 @@ def test_with_the_store_off_a_program_is_exported_and_run_and_nothing_is_written
     assert len(program._calls) == 1
 
 
-
 @dataclasses.dataclass(frozen=True)
 class _Foreign:  # a frozen dataclass, but of the tests, not of ppl_bsvm
     a: int = 1

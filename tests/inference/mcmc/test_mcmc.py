@@ -927,10 +927,9 @@ def test_nuts_with_hyperpriors_uses_each_draws_kernel(curve):
 
 @pytest.mark.slow
 def test_sparse_nuts_with_inducing_points_at_the_data_matches_the_gp(curve, curve_fits):
-    """The sparse model with ``Z = X`` is the GP: NUTS on ``u`` against Gibbs on ``f``.
-    4 x 1000 draws (issue 31: half the earlier 2000); measured: largest
-    difference of the means 1.7 combined MCSEs (1.5 with 2000), R-hat 1.0007, probabilities
-    within 0.005."""
+    """The sparse model with ``Z = X`` is the GP: NUTS on ``u`` against Gibbs on ``f``, 4 x
+    1000 draws (issue 31: half the earlier 2000). Measured: the means within 1.7 combined MCSEs
+    (1.5 with 2000), R-hat 1.0007, probabilities within 0.005."""
     X, y, kern = curve
     fit = ppl_bsvm.fit(X, y, model="sparse_gp", method="nuts", kernel=kern, inducing=X,
                        num_samples=1000, num_warmup=500, num_chains=4, seed=7)

@@ -218,8 +218,9 @@ def direction_count(directions, linear: bool, d: int) -> tuple[int, bool]:
     """``(k, learned)`` for a ``directions`` option as the user gave it (None, ``"all"``, a
     number or an array; not checked here): the number of line-move directions of the linear
     (``d = p``) or GP (``d = n``) sampler, and whether they are learned in warmup (None,
-    ``"all"`` or a number > 0) or fixed (an array). The one place the cost and memory
-    estimates and the sampler resolve the option."""
+    ``"all"`` or a number > 0) or fixed (an array). The cost and memory estimates count with
+    it, and :func:`_resolve_for` takes the defaults (None, ``"all"``) from it before checking
+    a number or an array against ``d``."""
     if directions is None:
         return (d if linear else gp_directions(d)), True
     if isinstance(directions, str):

@@ -111,7 +111,8 @@ class GPData(NamedTuple):
     Attributes
     ----------
     K : (n, n)
-        The jittered prior covariance at the training inputs.
+        The jittered prior covariance at the training inputs; Gibbs with ``pcg`` on the CPU
+        from 2000 points: its lower blocks (``mcmc.packed.Packed``).
     y : (n,)
         Labels in {-1, +1}.
     gamma : ()
@@ -125,7 +126,7 @@ class GPData(NamedTuple):
         gradients (``mcmc.pcg``); None: by a Cholesky factor per sweep.
     """
 
-    K: jnp.ndarray
+    K: Any
     y: jnp.ndarray
     gamma: jnp.ndarray
     chol_K: jnp.ndarray | None = None

@@ -27,6 +27,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 __all__ = [
     "NoisyFactor",
     "factor",
+    "factor_scaled",
     "solve",
     "posterior_mean",
     "posterior_cov",
@@ -55,11 +56,16 @@ class NoisyFactor(NamedTuple):
 def factor(K, noise) -> NoisyFactor:
     """Factor ``K + diag(noise)`` (``noise > 0``) in the symmetric form ``I + S K S``."""
     s = 1.0 / jnp.sqrt(noise)
+    return factor_scaled(s[:, None] * K * s[None, :], s)
+
+
+def factor_scaled(SKS, s) -> NoisyFactor:
+    """:func:`factor` given ``S K S`` and ``s = noise^{-1/2}`` (``S = diag(s)``)."""
     # the identity added on the diagonal, not as an n x n eye: inside a loop XLA hoists the
     # eye's mask into the loop's state (the GP sampler's fallback, ``draw_f``: 120 ms per
     # sweep at n = 5000 although the loop rarely runs); the same factor up to rounding
-    diagonal = jnp.arange(K.shape[0])
-    B = (s[:, None] * K * s[None, :]).at[diagonal, diagonal].add(1.0)
+    diagonal = jnp.arange(SKS.shape[0])
+    B = SKS.at[diagonal, diagonal].add(1.0)
     # its lower triangle, as LAPACK reads it: jnp.linalg.cholesky would first average B with
     # its transpose (two more n x n temporaries) for a B symmetric to rounding
     return NoisyFactor(jax.lax.linalg.cholesky(B, symmetrize_input=False), s)

@@ -77,7 +77,7 @@ from jax.custom_batching import custom_vmap
 from jax.scipy.linalg import solve_triangular
 
 from .. import gaussian
-from . import pcg
+from . import packed, pcg
 from .variates import _gig_half_from_chi2, chi2_1, standard_normal
 
 __all__ = [
@@ -257,7 +257,12 @@ def _unless(done, compute, value, operands):
 
 
 def _by_cholesky(K, noise, b):
-    """``x = (K + diag(noise))^{-1} b`` and ``K x``, by a Cholesky factor."""
+    """``x = (K + diag(noise))^{-1} b`` and ``K x``, by a Cholesky factor (``K`` dense or
+    :class:`~ppl_bsvm.inference.mcmc.packed.Packed`, unpacked already scaled)."""
+    if isinstance(K, packed.Packed):
+        s = 1.0 / jnp.sqrt(noise)
+        x = gaussian.solve(gaussian.factor_scaled(packed.unpack(K, b.shape[0], s), s), b)
+        return x, packed.times(K, x)
     x = gaussian.solve(gaussian.factor(K.T, noise), b)
     return x, K @ x
 
@@ -274,7 +279,7 @@ def _by_chain(K, noise, b):
 
 @_by_chain.def_vmap
 def _one_chain_at_a_time(axis_size, in_batched, K, noise, b):
-    if in_batched[0]:  # a K per chain: nothing to share
+    if any(jax.tree.leaves(in_batched[0])):  # a K per chain: nothing to share
         return jax.vmap(_by_cholesky)(K, noise, b), (True, True)
     noise, b = (a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
                 for a, batched in zip((noise, b), in_batched[1:]))
@@ -285,6 +290,8 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
            prev_white=None) -> FDraw:
     r""":func:`sample_f` with its solver's record (:class:`FDraw`).
 
+    ``K`` is dense, or (with ``pre``) its lower blocks
+    (:class:`~ppl_bsvm.inference.mcmc.packed.Packed`).
     ``pre`` (:class:`~ppl_bsvm.inference.mcmc.pcg.Preconditioner`) solves ``(K + N) x = b``
     by preconditioned conjugate gradients to a backward error of
     :data:`~ppl_bsvm.inference.mcmc.pcg.TOL`; a solve that does not get there is replaced

@@ -16,6 +16,8 @@ by concern (BlackJAX style layers):
   overrelaxation;
 - :mod:`ppl_bsvm.inference.mcmc.pcg`: the GP conditional's solve by conjugate gradients,
   preconditioned with ``K``'s spectrum, where it is cheaper than a Cholesky factor;
+- :mod:`ppl_bsvm.inference.mcmc.packed`: ``K`` as its lower blocks, whose products with the
+  chains' vectors read half the bytes (on the CPU from 2000 points);
 - :mod:`ppl_bsvm.inference.mcmc.line_moves`: the exact one-dimensional draws of the scale
   step (:func:`sample_scale`) and the line moves (:func:`sample_line`);
 - :mod:`ppl_bsvm.inference.mcmc.sweep`: one sweep :func:`gibbs_step` over a
@@ -211,7 +213,9 @@ def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
 
 def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
     """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (three held while the chains
-    run: their ``K``, their copy of its factor and the factor the predictor keeps; and the
+    run: their ``K`` (from 2000 points on the CPU its lower blocks, half of it: ``mcmc.packed``,
+    which the estimate leaves as an upper bound), their copy of its factor and the factor the
+    predictor keeps; and the
     temporaries of the chains' initialisation and of the sweep's Cholesky fallback, about two
     each, whose pages the allocator keeps), the kept draws, and each chain's warmup window
     where it has directions (``sweep._fresh_moves``) with the directions' five ``k x n``
@@ -219,7 +223,8 @@ def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
     ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its last draws.
     Measured above the process's own memory (``reports/sbsvm_truth``, 4 chains of 100 or 200
     draws, 10 directions): 4.86 GiB at ``n = 10^4`` (estimate 4.81 GiB), 17.3 GiB at 2 x 10^4
-    (estimate 18.5 GiB)."""
+    (estimate 18.5 GiB); with ``K`` packed, 4.60 GiB at ``n = 10^4`` (4 chains of 20 + 40
+    sweeps, 32 directions; 5.08 GiB dense in the same session, estimate 4.88 GiB)."""
     k, _ = _gp_directions(n, options)
     window = 0 if k == 0 else (WINDOW_DRAWS if _keeps_draws(k, n) else n) * n
     chains = int(options.get("num_chains", 4))

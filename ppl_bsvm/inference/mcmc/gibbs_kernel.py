@@ -28,6 +28,7 @@ from ..._checks import boolean, open_interval, positive_float
 from ...kernels import Kernel, gram
 from .._common import LinearData
 from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
+from . import packed
 from .pcg import preconditioner
 from .sweep import (
     GibbsState,
@@ -112,6 +113,10 @@ def _gp_data(args: dict) -> GPData:
     else:  # the NumPyro kernel: concrete data, the choice made here
         pre = (preconditioner(K, float(gamma), jitter=float(args["jitter"]))
                if _concrete(K) and _concrete(gamma) else None)
+    if pre is not None and packed.worth_packing(K.shape[0]):
+        # the sweep's solves read K a dozen times: its lower blocks are half the bytes (the
+        # dense K, built above, is not used past here and XLA frees it)
+        K = packed.pack(K)
     return GPData(K, y, gamma, chol_K=chol_K, pcg=pre)
 
 

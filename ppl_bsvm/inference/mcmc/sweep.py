@@ -20,6 +20,7 @@ from jax import random
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._common import GPData, LinearData
+from . import packed
 from .conditionals import LAM_FLOOR, draw_f, sample_beta, sample_lam
 from .line_moves import _MAX_LINE_TRIALS, _PROPOSALS, _SPACING, sample_line, sample_scale
 
@@ -136,7 +137,7 @@ def line_moves_init(data, directions) -> LineMoves:
         if isinstance(data, LinearData):
             sd = jnp.full((data.Z.shape[1],), data.prior_scale, dtype)
         else:
-            sd = jnp.sqrt(jnp.diagonal(data.K))
+            sd = jnp.sqrt(packed.diagonal(data.K, data.y.shape[0]))
         V = (jnp.eye(sd.shape[0], dtype=dtype) * sd[:, None])[:directions]
     else:
         V = jnp.asarray(directions, dtype)

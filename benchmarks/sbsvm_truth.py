@@ -323,6 +323,7 @@ def scale(n: int, warmup: int, draws: int) -> dict:
     and peak memory, with the library's memory estimate, where a reference run to
     :data:`ESS_TARGET` would take hours."""
     import ppl_bsvm
+    from ppl_bsvm.inference.mcmc import packed
     from ppl_bsvm.inference.mcmc.gibbs import _gibbs_gp_bytes
 
     X, y, X_test, _ = problem(n)
@@ -345,7 +346,7 @@ def scale(n: int, warmup: int, draws: int) -> dict:
         "cg_iters_mean": float(stats["cg_iters"].mean()),
         "cg_fallback": int(stats["cg_fallback"].sum()),
         "ess_bulk_min_f_test": float(ess.min()), "rhat_max_f_test": float(rhat.max()),
-        "directions": fit.options["directions"],
+        "directions": fit.options["directions"], "packed": packed.worth_packing(n),
         "peak_rss_mb_before": before, "peak_rss_mb": peak,
         "estimate_mb": _gibbs_gp_bytes(n, X.shape[1], options) / 2**20,
         "machine": machine_note(),
@@ -451,17 +452,20 @@ def write_report(out: Path) -> None:
                   "are those of the draws' kriging means at the 500 held-out points, as for "
                   "the reference; the fit's memory is the peak less the process's before "
                   "the fit; the estimate is the library's (`gibbs._gibbs_gp_bytes`), which "
-                  "`InsufficientMemoryError` compares with the memory available. Rows with "
-                  "10 directions ran before the chains learned them together within K's top "
+                  "`InsufficientMemoryError` compares with the memory available. K: the "
+                  "chains' K dense, or its lower blocks (`mcmc.packed`: on the CPU from 2000 "
+                  "points, since session 17; the runs before it kept K dense). Rows with 10 "
+                  "directions ran before the chains learned them together within K's top "
                   "eigenvectors (`sweep._learn_pooled`).", ""]
         lines += [markdown_table(
-            ["n", "chains x (warmup + draws)", "directions", "wall s", "set-up s",
+            ["n", "chains x (warmup + draws)", "directions", "K", "wall s", "set-up s",
              "ms per sweep of 4 chains", "CG iterations per solve",
              "smallest bulk ESS, f at 500 test points", "per kept draw", "largest R-hat",
              "peak RSS GiB", "of it the fit's GiB", "estimate GiB", "lengthscale",
              "load average (1 / 5 / 15 min) at the end"],
             [[c["n"], f"{c['chains']} x ({c['warmup']} + {c['draws']})",
-              c.get("directions", 10), _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
+              c.get("directions", 10), "lower blocks" if c.get("packed") else "dense",
+              _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
               _fmt(c["ms_per_sweep"], ".0f"), _fmt(c["cg_iters_mean"], ".1f"),
               _fmt(c.get("ess_bulk_min_f_test"), ".0f"),
               _fmt(c.get("ess_bulk_min_f_test", np.nan) / (c["chains"] * c["draws"]), ".2f"),

@@ -215,16 +215,16 @@ def _gibbs_gp_bytes(n: int, d: int, options: dict) -> int:
     """GP Gibbs's ``memory`` estimate: six ``n x n`` matrices (three held while the chains
     run: their ``K`` (from 2000 points on the CPU its lower blocks, half of it: ``mcmc.packed``,
     which the estimate leaves as an upper bound), their copy of its factor and the factor the
-    predictor keeps; and the
-    temporaries of the chains' initialisation and of the sweep's Cholesky fallback, about two
-    each, whose pages the allocator keeps), the kept draws, and each chain's warmup window
-    where it has directions (``sweep._fresh_moves``) with the directions' five ``k x n``
-    arrays, twice (the sweeps' program reads the chains' state and writes the next): the
-    ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its last draws.
-    Measured above the process's own memory (``reports/sbsvm_truth``, 4 chains of 100 or 200
-    draws, 10 directions): 4.86 GiB at ``n = 10^4`` (estimate 4.81 GiB), 17.3 GiB at 2 x 10^4
-    (estimate 18.5 GiB); with ``K`` packed, 4.60 GiB at ``n = 10^4`` (4 chains of 20 + 40
-    sweeps, 32 directions; 5.08 GiB dense in the same session, estimate 4.88 GiB)."""
+    predictor keeps; and the temporaries of the chains' initialisation and of the sweep's
+    Cholesky fallback, about two each, whose pages the allocator keeps), the kept draws, and
+    each chain's warmup window where it has directions (``sweep._fresh_moves``) with the
+    directions' five ``k x n`` arrays, twice (the sweeps' program reads the chains' state and
+    writes the next): the ``n x n`` sum of squares, or beyond ``WINDOW_DRAWS`` dimensions its
+    last draws. Measured above the process's own memory (``reports/sbsvm_truth``, 4 chains of
+    100 or 200 draws, 10 directions): 4.86 GiB at ``n = 10^4`` (estimate 4.81 GiB), 17.3 GiB
+    at 2 x 10^4 (estimate 18.5 GiB); with ``K`` packed and 32 directions, 4.60 GiB at 10^4
+    (4 chains of 20 + 40 sweeps; 5.08 GiB dense in the same session; estimate 4.88 GiB) and
+    16.05 GiB at 2 x 10^4 (estimate 18.71 GiB)."""
     k, _ = _gp_directions(n, options)
     window = 0 if k == 0 else (WINDOW_DRAWS if _keeps_draws(k, n) else n) * n
     chains = int(options.get("num_chains", 4))
@@ -346,8 +346,9 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     learned together, 4 x (200 + 600) sweeps gave a smallest bulk ESS of 867 on ``f`` at 500
     test points (0.36 per kept draw) and R-hat at most 1.008 in 15 minutes, where 10
     directions learned by each chain alone had given 0.15 per kept draw (500 + 2,600 sweeps,
-    39 minutes, ESS 1,556); at 2 x 10^4 points a sweep takes 3.0 s in 18 GB
-    (``reports/sbsvm_truth``).
+    39 minutes, ESS 1,556); at 2 x 10^4 points a sweep takes 3.0-3.4 s in 17 GB
+    (``reports/sbsvm_truth``). On the CPU from 2000 points the chains keep ``K`` as its lower
+    blocks (``mcmc.packed``): half of its bytes, and a sweep about 7 % faster at ``n = 10^4``.
 
     Parameters
     ----------

@@ -27,8 +27,8 @@ from ... import models
 from ..._checks import boolean, open_interval, positive_float
 from ...kernels import Kernel, gram
 from .._common import LinearData
-from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
 from . import packed
+from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
 from .pcg import preconditioner
 from .sweep import (
     GibbsState,

@@ -20,13 +20,15 @@ only by their order, so products, solves and draws agree with the dense ones to 
 (``tests/inference/mcmc/test_packed.py``). Beyond the CPU the dense product is left to the
 accelerator's own library (:func:`worth_packing`).
 
-In the sampler (``susy``, ``n = 10^4``, 4 chains, 10 + 30 sweeps, six alternating pairs of
-fresh processes on the 2-core machine): 952-1,100 ms a sweep against 1,079-1,228 ms dense,
-median 1,016 against 1,096 ms, about 7 % (the solve's conjugate-gradient products gain most
-of it; the factor's two products, the preconditioner and the line moves do not change);
-the fit's peak memory 4.60 GiB against 5.08 GiB (``benchmarks.sbsvm_truth --scale``, 4 x (20 +
-40) sweeps). The fallback, which rarely runs, unpacks ``K`` already
-scaled (:func:`unpack`).
+In the sampler (``susy``, ``n = 10^4``, 4 chains; six alternating pairs of fresh processes
+on the 2-core machine, five of 10 + 30 sweeps and one of ``benchmarks.sbsvm_truth --scale``'s
+20 + 40): 952-1,115 ms a sweep, median 1,020, against 1,065-1,228 ms dense, median 1,096:
+about 7 %. The solve alone gains 13 % (750 against 863 ms, medians of eight alternations in
+one process) and the draw 8 % (1,005 against 1,091 ms): the factor's two products, the
+preconditioner's set-up and the line moves do not change. The fit's peak memory: 4.60 GiB
+against 5.08 GiB at 10^4; at 2 x 10^4, 16.05 GiB against 17.26 GiB (another day's dense
+run), and a same-day pair of short runs took 4.4 against 5.6 s a sweep. The fallback, which
+rarely runs, unpacks ``K`` already scaled (:func:`unpack`).
 
 Storage: ``nb (nb + 1) / 2`` blocks, ``4 n^2 + 4 n b`` bytes against ``8 n^2``; the last
 block row and column are padded with zeros to ``nb b``.

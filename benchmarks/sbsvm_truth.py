@@ -454,7 +454,7 @@ def write_report(out: Path) -> None:
                   "the fit; the estimate is the library's (`gibbs._gibbs_gp_bytes`), which "
                   "`InsufficientMemoryError` compares with the memory available. K: the "
                   "chains' K dense, or its lower blocks (`mcmc.packed`: on the CPU from 2000 "
-                  "points, since session 17; the runs before it kept K dense). Rows with 10 "
+                  "points; runs recorded before the library packed it had it dense). Rows with 10 "
                   "directions ran before the chains learned them together within K's top "
                   "eigenvectors (`sweep._learn_pooled`).", ""]
         lines += [markdown_table(

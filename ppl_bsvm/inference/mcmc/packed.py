@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["BLOCK", "PACK_MIN", "Packed", "block_size", "worth_packing", "pack", "times",
-           "unpack", "diagonal", "packed_bytes"]
+           "unpack", "diagonal"]
 
 BLOCK = 512
 """Largest block order: the blocks' order is the multiple of 4 nearest above ``n / nb`` with
@@ -85,12 +85,6 @@ def worth_packing(n: int) -> bool:
     CPU (an accelerator's dense product is not bound the same way, and a loop of small
     products would be slower there)."""
     return int(n) >= PACK_MIN and jax.default_backend() == "cpu"
-
-
-def packed_bytes(n: int, itemsize: int = 8) -> int:
-    """Bytes of the :class:`Packed` form of an ``n x n`` matrix."""
-    nb, b = block_size(n)
-    return nb * (nb + 1) // 2 * b * b * itemsize
 
 
 def _layout(n: int):
@@ -139,12 +133,10 @@ def times(A, v):
     return out.reshape(lead + (nb * b,))[..., :n]
 
 
-def unpack(A, n: int, scale=None):
-    """The dense ``(n, n)`` matrix, or ``diag(scale) A diag(scale)`` (``A`` itself, or scaled,
-    if dense). Scale here rather than after: inside a loop, XLA would hoist the unpacking of
-    an invariant ``A`` out of it (the sweep's fallback, which rarely runs) and do it always."""
-    if not isinstance(A, Packed):
-        return A if scale is None else scale[:, None] * A * scale[None, :]
+def unpack(A: Packed, n: int, scale=None):
+    """The dense ``(n, n)`` matrix, or ``diag(scale) A diag(scale)``. Scale here rather than
+    after: inside a loop, XLA would hoist the unpacking of an invariant ``A`` out of it (the
+    sweep's fallback, which rarely runs) and do it always."""
     nb, b = _order(A)
     blocks = A.blocks
     if scale is not None:

@@ -42,7 +42,6 @@ def K():
 def test_layout_pads_the_last_block_row():
     assert packed.block_size(N) == (4, 52)  # 4 x 52 = 208: 8 rows of zeros
     assert packed.block_size(256) == (4, 64)
-    assert packed.packed_bytes(N) == 10 * 52 * 52 * 8
     if jax.default_backend() == "cpu":  # the sweep packs from PACK_MIN points, on the CPU
         assert packed.worth_packing(packed.PACK_MIN) and not packed.worth_packing(N)
 

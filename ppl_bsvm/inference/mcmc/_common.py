@@ -151,20 +151,44 @@ def check_finite(samples: dict, sampler: str = "the sampler") -> None:
             )
 
 
+def _average_ranks(flat):
+    """Each value's rank among its column's values, 1-based, ties given the average of their
+    ranks (``scipy.stats.rankdata(method="average")``): ``(N, K)`` for ``flat (N, K)``.
+
+    One sort of the columns (laid out as rows, so that each sort reads contiguous memory):
+    without ties a value's rank is its sorted position; with them, a value in the tie run that occupies sorted positions ``s..e`` has ``s`` values below it
+    and ``e + 1`` at most it, so its average rank is ``(s + e) / 2 + 1``, the same number
+    ``0.5 (#{< v} + #{<= v} + 1)`` a search of the sorted column gives. At 4 x 600 draws of
+    10^4 coordinates it takes 0.5 s where a sort and two searches per coordinate took 6 s.
+    """
+    cols = np.ascontiguousarray(flat.T)
+    order = np.argsort(cols, axis=1)  # unstable is fine: tied values get the same rank
+    ordered = np.take_along_axis(cols, order, axis=1)
+    N = cols.shape[1]
+    differs = ordered[:, 1:] != ordered[:, :-1]  # a tie run ends before each change
+    if differs.all():  # no ties (continuous draws): the sorted position
+        rank = np.broadcast_to(np.arange(1.0, N + 1.0), cols.shape)
+    else:
+        idx = np.broadcast_to(np.arange(N), cols.shape)
+        start = np.maximum.accumulate(
+            np.where(np.pad(differs, ((0, 0), (1, 0)), constant_values=True), idx, 0), axis=1)
+        end = np.minimum.accumulate(
+            np.where(np.pad(differs, ((0, 0), (0, 1)), constant_values=True), idx, N - 1)
+            [:, ::-1], axis=1)[:, ::-1]
+        rank = 0.5 * (start + end) + 1.0
+    ranks = np.empty_like(cols)
+    np.put_along_axis(ranks, order, rank, axis=1)
+    return ranks.T
+
+
 def _z_scale(x):
     """Rank-normalised draws (Vehtari et al. 2021): the average rank of each value among all
-    ``C * D`` draws of its coordinate, back-transformed with Blom's offset,
-    ``Phi^-1((r - 3/8) / (C D + 1/4))``. ``x``: (C, D, K)."""
+    ``C * D`` draws of its coordinate (:func:`_average_ranks`: NUTS repeats states),
+    back-transformed with Blom's offset, ``Phi^-1((r - 3/8) / (C D + 1/4))``. ``x``: (C, D, K)."""
     from scipy.special import ndtri
 
     C, D, K = x.shape
-    flat = x.reshape(C * D, K)
-    ranks = np.empty_like(flat)
-    for k in range(K):  # average ranks of ties (NUTS repeats states)
-        column = flat[:, k]
-        order = np.sort(column)
-        ranks[:, k] = 0.5 * (np.searchsorted(order, column, "left")
-                             + np.searchsorted(order, column, "right") + 1)
+    ranks = _average_ranks(x.reshape(C * D, K))
     return ndtri((ranks - 0.375) / (C * D + 0.25)).reshape(C, D, K)
 
 
@@ -182,12 +206,14 @@ def _rhat(x):
     return np.sqrt((between / within + D - 1) / D)
 
 
-def rank_rhat(x):
+def rank_rhat(x, z=None):
     """Rank-normalised split R-hat, the larger of the bulk and the folded (tail) one
-    (Vehtari et al. 2021; ArviZ's ``rhat``), per coordinate of ``x (chain, draw, K)``."""
+    (Vehtari et al. 2021; ArviZ's ``rhat``), per coordinate of ``x (chain, draw, K)``; ``z``:
+    the split chains' rank-normalised draws where the caller has them (:func:`bulk_ess`'s)."""
     x = _split(np.asarray(x, dtype=float))
+    z = _z_scale(x) if z is None else z
     folded = np.abs(x - np.median(x.reshape(-1, x.shape[-1]), axis=0))
-    return np.maximum(_rhat(_z_scale(x)), _rhat(_z_scale(folded)))
+    return np.maximum(_rhat(z), _rhat(_z_scale(folded)))
 
 
 def _autocov(x):
@@ -259,11 +285,17 @@ def geyer_ess(x):
     return np.where(constant, float(C * D), ess)
 
 
-def bulk_ess(x):
+def split_z(x):
+    """The rank-normalised split chains of ``x (chain, draw, K)``, which :func:`rank_rhat`
+    and :func:`bulk_ess` share."""
+    return _z_scale(_split(np.asarray(x, dtype=float)))
+
+
+def bulk_ess(x, z=None):
     """Bulk effective sample size: :func:`geyer_ess` of the rank-normalised split chains
     (Vehtari et al. 2021; ArviZ's ``ess``, tested against it), per coordinate of
-    ``x (chain, draw, K)``."""
-    return geyer_ess(_z_scale(_split(np.asarray(x, dtype=float))))
+    ``x (chain, draw, K)``; ``z``: :func:`split_z` of ``x`` where the caller has it."""
+    return geyer_ess(split_z(x) if z is None else z)
 
 
 TAIL_PROBS = (0.05, 0.95)
@@ -316,8 +348,9 @@ def convergence_summary(samples: dict) -> dict:
             if flat.shape[1] < 4 or constant.all():
                 continue
             flat = flat[..., ~constant]
-            r = rank_rhat(flat) if flat.shape[0] > 1 else np.full(flat.shape[-1], np.nan)
-            e, t = bulk_ess(flat), tail_ess(flat)
+            z = split_z(flat)
+            r = rank_rhat(flat, z) if flat.shape[0] > 1 else np.full(flat.shape[-1], np.nan)
+            e, t = bulk_ess(flat, z), tail_ess(flat)
             r, e, t = r[np.isfinite(r)], e[np.isfinite(e)], t[np.isfinite(t)]
             if r.size and r.max() > rhat:
                 rhat, worst = float(r.max()), name

@@ -971,6 +971,21 @@ def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
         assert np.all(ess > 0) and np.all(ess <= chains * draws * np.log10(chains * draws))
 
 
+def test_average_ranks_are_scipys_with_ties_averaged():
+    """The vectorised ranks behind rank normalisation, with and without ties (NUTS repeats
+    states; rounded draws tie often), equal ``scipy.stats.rankdata``'s exactly."""
+    from scipy.stats import rankdata
+
+    from ppl_bsvm.inference.mcmc._common import _average_ranks
+
+    r = np.random.default_rng(3)
+    for rows, cols, digits in [(240, 30, None), (240, 30, 0), (7, 5, 1), (2, 3, None)]:
+        x = r.standard_normal((rows, cols))
+        x = x if digits is None else np.round(x, digits)
+        x[:, 0] = 1.5  # a constant column: one run of ties
+        np.testing.assert_array_equal(_average_ranks(x), rankdata(x, axis=0))
+
+
 @pytest.mark.parametrize("name", ["gibbs", "gibbs_plain"])
 def test_a_sampler_fits_diagnostics_are_arviz_ones_on_the_sites_the_user_sees(curve_fits, name):
     """idata.attrs' R-hat, bulk and tail ESS of the overrelaxed (antithetic: the default) and

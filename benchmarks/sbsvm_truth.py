@@ -469,7 +469,7 @@ def write_report(out: Path) -> None:
               _fmt(c["ms_per_sweep"], ".0f"), _fmt(c["cg_iters_mean"], ".1f"),
               _fmt(c.get("ess_bulk_min_f_test"), ".0f"),
               _fmt(c.get("ess_bulk_min_f_test", np.nan) / (c["chains"] * c["draws"]), ".2f"),
-              _fmt(c.get("rhat_max_f_test")),
+              _fmt(c.get("rhat_max_f_test"), ".4f"),  # against a target of 1.01
               _fmt(c["peak_rss_mb"] / 1024, ".2f"),
               _fmt((c["peak_rss_mb"] - c["peak_rss_mb_before"]) / 1024, ".2f"),
               _fmt(c["estimate_mb"] / 1024, ".2f"), _fmt(c["lengthscale"]),

@@ -154,32 +154,25 @@ def check_finite(samples: dict, sampler: str = "the sampler") -> None:
 
 def _average_ranks(flat):
     """Each value's rank among its column's values, 1-based, ties given the average of their
-    ranks (``scipy.stats.rankdata(method="average")``): ``(N, K)`` for ``flat (N, K)``.
+    ranks (``scipy.stats.rankdata``'s): ``(N, K)`` for ``flat (N, K)``.
 
-    One sort of the columns (laid out as rows, so that each sort reads contiguous memory):
-    without ties a value's rank is its sorted position; with them, a value in the tie run
-    that occupies sorted positions ``s..e`` has ``s`` values below it and ``e + 1`` at most
-    it, so its average rank is ``(s + e) / 2 + 1``, the same number
-    ``0.5 (#{< v} + #{<= v} + 1)`` a search of the sorted column gives. At 4 x 600 draws of
-    10^4 coordinates it took 2.5 s where a sort and two searches per coordinate took 6 s.
+    Draws of continuous variables have no ties, and a value's rank is then its position in
+    its sorted column: one argsort of every column (laid out as rows, so that each sort reads
+    contiguous memory) gives them all. Where a column has ties (NUTS repeats states), scipy's
+    ``rankdata`` averages them. At 4 x 600 draws of 10^4 coordinates: 0.7 s without ties,
+    about 4 s with them (the sort, then ``rankdata``'s 2.2 s), where a sort and two searches
+    per coordinate took 6 s.
     """
     cols = np.ascontiguousarray(flat.T)
-    order = np.argsort(cols, axis=1)  # unstable is fine: tied values get the same rank
+    order = np.argsort(cols, axis=1)
     ordered = np.take_along_axis(cols, order, axis=1)
-    N = cols.shape[1]
-    differs = ordered[:, 1:] != ordered[:, :-1]  # a tie run ends before each change
-    if differs.all():  # no ties (continuous draws): the sorted position
-        rank = np.broadcast_to(np.arange(1.0, N + 1.0), cols.shape)
-    else:
-        idx = np.broadcast_to(np.arange(N), cols.shape)
-        start = np.maximum.accumulate(
-            np.where(np.pad(differs, ((0, 0), (1, 0)), constant_values=True), idx, 0), axis=1)
-        end = np.minimum.accumulate(
-            np.where(np.pad(differs, ((0, 0), (0, 1)), constant_values=True), idx, N - 1)
-            [:, ::-1], axis=1)[:, ::-1]
-        rank = 0.5 * (start + end) + 1.0
+    if (ordered[:, 1:] == ordered[:, :-1]).any():
+        from scipy.stats import rankdata
+
+        return rankdata(cols, axis=1).T
     ranks = np.empty_like(cols)
-    np.put_along_axis(ranks, order, rank, axis=1)
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(1.0, cols.shape[1] + 1.0),
+                                                    cols.shape), axis=1)
     return ranks.T
 
 

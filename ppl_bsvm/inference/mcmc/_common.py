@@ -156,23 +156,30 @@ def _average_ranks(flat):
     """Each value's rank among its column's values, 1-based, ties given the average of their
     ranks (``scipy.stats.rankdata``'s): ``(N, K)`` for ``flat (N, K)``.
 
-    Draws of continuous variables have no ties, and a value's rank is then its position in
-    its sorted column: one argsort of every column (laid out as rows, so that each sort reads
-    contiguous memory) gives them all. Where a column has ties (NUTS repeats states), scipy's
-    ``rankdata`` averages them. At 4 x 600 draws of 10^4 coordinates: 0.7 s without ties,
-    about 4 s with them (the sort, then ``rankdata``'s 2.2 s), where a sort and two searches
-    per coordinate took 6 s.
+    A value's rank is its position in its sorted column: one argsort of every column (laid out
+    as rows, so that each sort reads contiguous memory) gives them all. Where two neighbours in
+    a sorted column are equal, both get the average of their two positions. Draws of continuous
+    variables tie in pairs at most, but nearly every column of the folded draws ``|x -
+    median|`` of R-hat's tail part does, since the median of an even number of draws is the
+    midpoint of the two middle ones (8,850 of 10^4 coordinates at 4 x 600 draws). A run of
+    three or more (NUTS repeats states; rounded draws) goes to ``rankdata``. At 4 x 600 draws
+    of 10^4 coordinates the folded draws' ranks took 7.5 s through ``rankdata``, 1.2 s so.
     """
     cols = np.ascontiguousarray(flat.T)
     order = np.argsort(cols, axis=1)
     ordered = np.take_along_axis(cols, order, axis=1)
-    if (ordered[:, 1:] == ordered[:, :-1]).any():
-        from scipy.stats import rankdata
+    tied = ordered[:, 1:] == ordered[:, :-1]  # sorted neighbours j and j + 1 equal
+    positions = np.broadcast_to(np.arange(1.0, cols.shape[1] + 1.0), cols.shape)
+    if tied.any():
+        if (tied[:, 1:] & tied[:, :-1]).any():  # a run of three or more equal values
+            from scipy.stats import rankdata
 
-        return rankdata(cols, axis=1).T
+            return rankdata(cols, axis=1).T
+        positions = positions.copy()
+        np.add(positions[:, :-1], 0.5, out=positions[:, :-1], where=tied)
+        np.subtract(positions[:, 1:], 0.5, out=positions[:, 1:], where=tied)
     ranks = np.empty_like(cols)
-    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(1.0, cols.shape[1] + 1.0),
-                                                    cols.shape), axis=1)
+    np.put_along_axis(ranks, order, positions, axis=1)
     return ranks.T
 
 

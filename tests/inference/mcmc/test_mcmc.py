@@ -1003,19 +1003,33 @@ def test_convergence_diagnostics_are_arviz_rank_normalised_ones():
 
 
 def test_average_ranks_are_scipys_with_ties_averaged():
-    """The vectorised ranks behind rank normalisation, with and without ties (NUTS repeats
-    states; rounded draws tie often), equal ``scipy.stats.rankdata``'s exactly."""
+    """The vectorised ranks behind rank normalisation equal ``scipy.stats.rankdata``'s
+    exactly: without ties; with ties in pairs only (the folded draws ``|x - median|`` of an
+    even number of draws, where the two middle draws tie; pairs beside pairs too); with runs of
+    three or more (NUTS repeats states; rounded draws tie often)."""
     from scipy.stats import rankdata
 
     from ppl_bsvm.inference.mcmc._common import _average_ranks
 
     r = np.random.default_rng(3)
-    for rows, cols, digits in [(240, 30, None), (240, 30, 0), (7, 5, 1), (2, 3, None)]:
-        x = r.standard_normal((rows, cols))
-        if digits is not None:  # ties; without, the no-tie path
-            x = np.round(x, digits)
-            x[:, 0] = 1.5  # a constant column: one run of ties
-        np.testing.assert_array_equal(_average_ranks(x), rankdata(x, axis=0))
+    x = r.standard_normal((240, 30))
+    folded = np.abs(x - np.median(x, axis=0))
+    pairs = np.repeat(r.standard_normal((6, 4)), 2, axis=0)  # 1 1 2 2 3 3 ...: adjacent pairs
+    cases = [x, x[:2, :3], folded, pairs, np.round(x, 0), np.round(x[:7, :5], 1)]
+    cases[-2][:, 0] = cases[-1][:, 0] = 1.5  # a constant column: one run of ties
+
+    def longest_run(a):  # the most equal values in a row of a sorted column
+        tied = np.diff(np.sort(a, axis=0), axis=0) == 0
+        run = best = np.zeros(a.shape[1], int)
+        for row in tied:
+            run = np.where(row, run + 1, 0)
+            best = np.maximum(best, run)
+        return best.max() + 1
+
+    # the paths: no ties, pairs only, runs of three or more
+    assert [min(longest_run(c), 3) for c in cases] == [1, 1, 2, 2, 3, 3]
+    for case in cases:
+        np.testing.assert_array_equal(_average_ranks(case), rankdata(case, axis=0))
 
 
 @pytest.mark.parametrize("name", ["gibbs", "gibbs_plain"])

@@ -12,8 +12,10 @@ def plane_posterior():
     y = np.where(X @ np.array([1.0, -0.7]) + 0.8 * r.normal(size=30) > 0, 1, -1)
     g = np.linspace(-6, 6, 1601)
     B0, B1 = np.meshgrid(g, g, indexing="ij")
-    m = y[:, None, None] * (X[:, 0, None, None] * B0 + X[:, 1, None, None] * B1)
-    logp = -0.5 * (B0**2 + B1**2) - 2 * np.maximum(0, 1 - m).sum(0)
+    hinge = np.zeros_like(B0)
+    for (x0, x1), label in zip(X, y, strict=True):  # a point at a time: no 30 x 1601^2 array
+        hinge += np.maximum(0.0, 1.0 - label * (x0 * B0 + x1 * B1))
+    logp = -0.5 * (B0**2 + B1**2) - 2 * hinge
     w = np.exp(logp - logp.max())
     w /= w.sum()
     mean = np.array([(w * B0).sum(), (w * B1).sum()])

@@ -98,8 +98,12 @@ def test_the_draw_with_packed_k_is_the_dense_draw(K, case, monkeypatch):
             monkeypatch.setattr(pcg, "MAX_ITER", 1)
         dense, by_blocks = draws(Kd), draws(A)
         np.testing.assert_array_equal(by_blocks.cg_fallback, [int(capped)] * 2)
-        # rounding may move the last iteration's test across the tolerance
-        assert np.abs(np.asarray(by_blocks.cg_iters) - np.asarray(dense.cg_iters)).max() <= 1
+        # The tolerance is 4 units of roundoff: the products' rounding (the blocks sum in
+        # another order) moves the iteration at which the backward error gets under it, by
+        # one on the well-conditioned system and by a few where cond ~ 1e8 slows the last
+        # iterations (34 against 36 of 64 on one machine): an eighth of the count allowed.
+        iters, ref = np.asarray(by_blocks.cg_iters), np.asarray(dense.cg_iters)
+        assert np.all(np.abs(iters - ref) <= np.maximum(1, ref // 8))
         for c in range(2):  # both within test_pcg's accuracy of a refined dense solve
             reference, scale = _reference_draw(keys[c], np.asarray(lam[c]), K, L,
                                                np.asarray(y), gamma, np.zeros(N), 0.0)

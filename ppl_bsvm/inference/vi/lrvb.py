@@ -512,22 +512,23 @@ def dense_flops(n: int, p: int) -> float:
 
 
 def accept(cov, mean_field_cov, residual, what: str, *, semidefinite: bool = False,
-           stacklevel: int = 3):
+           stacklevel: int = 3, tol: float = RESIDUAL_TOL):
     """Check a linear-response covariance on the host: ``(cov, status)``.
 
     ``status`` is ``"linear response"`` when ``cov`` is finite and positive definite
     (``semidefinite``: positive semi-definite up to rounding, smallest eigenvalue at least
     ``-1e-9`` times the largest, as the covariance of ``f`` under a singular ``K`` is) and the
-    fixed point's residual is at most :data:`RESIDUAL_TOL`; otherwise a
+    fixed point's residual is at most ``tol`` (:data:`RESIDUAL_TOL`; S-BSVM's subsampled
+    response trusts a larger one, ``sbsvm_response.SAMPLED_POLISH_TOL``); otherwise a
     ``ConvergenceWarning`` says why and the mean-field covariance comes back with the status
     ``"mean-field (...)"``.
     """
     cov = np.asarray(cov, dtype=np.float64)
     residual = float(residual)
     reason = None
-    if not np.isfinite(residual) or residual > RESIDUAL_TOL:
+    if not np.isfinite(residual) or residual > tol:
         reason = (f"the fixed point is not converged (relative residual {residual:.2g} > "
-                  f"{RESIDUAL_TOL:g}); raise max_iter or lower tol")
+                  f"{tol:g}); raise max_iter or lower tol")
     elif not np.all(np.isfinite(cov)):
         reason = "the linear-response system is singular (non-finite covariance)"
     else:

@@ -77,20 +77,23 @@ generator (m = 64) the sds of ``f`` at 500 held-out points moved by at most 2e-7
 points) and 7e-9 (10^6) against a polish to 1e-11, which took 23 and 26 sweeps against 16 and
 18 (at 10^6, 27.1 s -> 19.6 s of correction)."""
 
-SAMPLED_POLISH_TOL = lrvb.RESIDUAL_TOL
-"""The polish's tolerance where the moments come from a subsample (:func:`sample_rows`): the
-residual at which ``lrvb.accept`` trusts a response. Its error, about ``r / (1 -
-||dG/dtheta||)`` (``||G||`` about 0.9 here), is then far below the subsample's own (up to
-:data:`MC_TOL`, 0.5 %), so sweeps beyond it buy nothing. Measured on the ``susy`` generator
-(m = 64, the same subsample), the sds of ``u`` against a polish to :data:`POLISH_TOL`: at 10^5
-points within 2.2e-5 (median 7.5e-7) after 6 sweeps where 1e-8 took 8; at 10^6 within 2.7e-6
-(median 2.8e-7) after 6 sweeps where 1e-8 took 8 (about 2.2 s of the correction). 1-2 sweeps
-fewer at 10^4-10^5 points, m = 16-128 (5-8 in all)."""
+SAMPLED_POLISH_TOL = 1e-4
+"""The polish's tolerance where the moments come from a subsample (:func:`sample_rows`), and
+the residual at which ``lrvb.accept`` trusts such a response. What the polish leaves is then
+far below what the subsample leaves: measured on the ``susy`` generator (m = 64, 36,288 rows in
+the moments), against a polish to 1e-8 on the same subsample, the sds of ``f`` at 500
+held-out points moved by at most 5.0e-5 (10^5 points, 4 sweeps) and 7.7e-6 (10^6, 4 sweeps),
+the sds of ``u`` by at most 7.3e-4 and 1.2e-3; four subsamples at 10^6 points spread the former
+by 4.8e-5 (median) to 1.4e-3 (largest) and the latter by 2.3 % to 8.7 % (relative sds). A
+polish to ``lrvb.RESIDUAL_TOL`` (1e-6) took 6 sweeps for differences of 1.8e-6 and 3.7e-8
+(``f``), 2.2e-5 and 2.7e-6 (``u``): 1.5 s of sweeps per 10^6 points (2 cores) that buy nothing
+the subsample keeps. 1e-3 (3 sweeps at 10^5) moved the sds of ``u`` by 6.1e-3."""
 
 POLISH_SWEEPS = 10
 """Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
 stopping point on the ``susy`` generator (10^4-10^6 points, m = 16-128) :func:`_polish` took
-5-8 to :data:`SAMPLED_POLISH_TOL`, the first included (6-10 to :data:`POLISH_TOL`; Anderson
+5-8 to ``lrvb.RESIDUAL_TOL``, the first included (4 to :data:`SAMPLED_POLISH_TOL` at 10^5 and
+10^6 points, m = 64; 6-10 to :data:`POLISH_TOL`; Anderson
 with plain steps took 16-18 to 1e-8 and one more for the residual; plain sweeps 57-185 to
 1e-11)."""
 
@@ -469,6 +472,11 @@ def sample_rows(n: int, m: int, chunk: int) -> int:
     return sample if 2 * sample <= n else 0
 
 
+def _polish_tol(sample: int) -> float:
+    """The polish's tolerance for moments from ``sample`` rows (0: the full sum)."""
+    return SAMPLED_POLISH_TOL if sample else POLISH_TOL
+
+
 def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: str):
     """The engine's linear response at its final state ``st``, checked by ``lrvb.accept``:
     ``(q, status, sweeps)``, ``q`` the :class:`~.sbsvm_marginals._FinalQ` of ``N(SVI's mean,
@@ -477,8 +485,9 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
 
     Beyond ``2 SAMPLE_P P`` rows the moments come from a subsample (:func:`_sampled_pass`)
     that grows fourfold until its estimated error is at most :data:`MC_TOL` (the full sum
-    once it would be half the rows); the polish runs once, to :data:`SAMPLED_POLISH_TOL` for a
-    subsample (its error is far below the subsample's), else to :data:`POLISH_TOL`."""
+    once it would be half the rows); the polish runs to :data:`SAMPLED_POLISH_TOL` for a
+    subsample (its error is far below the subsample's), else to :data:`POLISH_TOL`, and
+    ``lrvb.accept`` holds the residual to the same tolerance."""
     m, rows = st.Z.shape[0], data.X.shape[0]
     chunk = lrvb.response_chunk(rows, m)
     n = int(data.n)
@@ -486,14 +495,18 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     data = data._replace(order=None)
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data,
                           lrvb.POLISH_ITER, chunk, sample, random.fold_in(key, 1),
-                          SAMPLED_POLISH_TOL if sample else POLISH_TOL)
+                          _polish_tol(sample))
     sweeps = int(res.sweeps)
     while sample and not float(res.mc_error) <= MC_TOL:
         sample = 4 * sample if 8 * sample <= n else 0
         eta1, prec = lrvb.unpack(res.theta, m)
-        res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, 0, chunk,
-                              sample, random.fold_in(key, sample + 2))
-    _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9)
+        # the full sum polishes on, to its own tolerance; a larger subsample starts polished
+        res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data,
+                              0 if sample else lrvb.POLISH_ITER, chunk, sample,
+                              random.fold_in(key, sample + 2), _polish_tol(sample))
+        sweeps += int(res.sweeps)
+    _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9,
+                            tol=max(_polish_tol(sample), lrvb.RESIDUAL_TOL))
     report = (sample or n, float(res.mc_error))
     if status != "linear response":
         return (mean_field, status, sweeps) + report

@@ -93,6 +93,35 @@ def test_closed_forms_equal_the_jacobian_route(monkeypatch, n, p, floats):
     assert np.all(np.diag(closed) > np.diag(mf_closed))  # wider than mean-field
 
 
+def test_single_precision_moments_are_the_double_ones_to_single_rounding():
+    """``moments_add_single`` (a subsample's moments): every entry of ``G`` within the bound
+    of a chunk's sum in single precision, ``(rows + 8) u |U|^T D |U|`` (``u = 2^-24``,
+    Higham 3.5; the 8 for rounding the rows and forming their products), accumulated in
+    double; the response's block of ``(I - G)^{-1}`` within it times ``||(I - G)^{-1}||^2``."""
+    rows, p = 300, 6
+    r = np.random.default_rng(11)
+    W = r.standard_normal((rows, p)) / np.sqrt(p)
+    res, g = r.standard_normal(rows), r.uniform(0.0, 1.0, rows) * 0.9 / rows
+    with jax.enable_x64(True):
+        args = (jnp.asarray(W), jnp.asarray(res), jnp.asarray(g))
+        init = lrvb.moments_init(p, jnp.float64)
+        double = lrvb.moments_gram(lrvb.moments_add(init, *args))
+        single = lrvb.moments_add_single(init, *args)
+        assert all(a.dtype == jnp.float64 for a in jax.tree.leaves(single))
+        single = lrvb.moments_gram(single)
+        # |U|^T D |U|: the same sums of g_i |u_i| |u_i|^T, from the rows' absolute values
+        absolute = lrvb.moments_gram(lrvb.moments_add(init, jnp.abs(args[0]),
+                                                      jnp.abs(args[1]), args[2]))
+    bound = (rows + 8) * 2.0**-24 * np.asarray(absolute)
+    error = np.abs(np.asarray(single) - np.asarray(double))
+    assert np.all(error <= bound) and error.max() > 0
+    P = double.shape[0]
+    inverse = np.linalg.inv(np.eye(P) - np.asarray(double))
+    block = np.linalg.inv(np.eye(P) - np.asarray(single))[P - p:, P - p:]
+    assert np.abs(block - inverse[P - p:, P - p:]).max() <= (
+        np.linalg.norm(inverse, 2) ** 2 * np.linalg.norm(bound, 2))
+
+
 def test_draws_and_predictive_use_the_linear_response_covariance():
     X, y = _problem()
     fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, num_draws=4000)

@@ -435,11 +435,12 @@ def moments_add(acc: SitesMoments, W, r, g) -> SitesMoments:
 
 def moments_add_single(acc: SitesMoments, W, r, g) -> SitesMoments:
     """:func:`moments_add` with the chunk's products in single precision, added to ``acc`` in
-    its own (double): 1.7-1.8 times faster (``m = 64``, chunks of 2,016 rows, 2 cores). Each
-    entry of a chunk's sum then carries a relative error of about ``sqrt(rows) u``, ``u =
-    2^-24`` (2.7e-6 at 2,016 rows; 2.3e-7 measured over 36,288), which ``(I - G)^{-1}``
-    amplifies by at most ``1 / (1 - ||G||)``: for a subsample's moments, whose Monte-Carlo
-    error is larger (``sbsvm_response._sampled_pass``), not for an exact sum."""
+    its own (double): about 1.8 times faster (``m = 64``, 36,288 rows in chunks of 2,016, 2
+    cores: 2.3-3.0 s -> 1.3-1.5 s). Each entry of a chunk's sum then carries a relative error
+    of about ``sqrt(rows) u``, ``u = 2^-24`` (2.7e-6 at 2,016 rows; 2.3e-7 measured over
+    36,288), which ``(I - G)^{-1}`` amplifies by at most ``1 / (1 - ||G||)``: for a
+    subsample's moments, whose Monte-Carlo error is larger (``sbsvm_response._sampled_pass``),
+    not for an exact sum."""
     single = tuple(a.astype(jnp.float32) for a in (W, r, g))
     part = moments_add(moments_init(W.shape[1], jnp.float32), *single)
     return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, part)

@@ -163,8 +163,8 @@ def _check_whitened(key, draw, K, L):
     """The plain draw's whitened coordinates ``w = xi + L^T x`` and quadratic form ``|w|^2``,
     computed without a solve with ``K``: ``L w`` is ``f`` to rounding, so ``|w|^2`` is ``f^T
     K^-1 f`` of a draw within rounding of ``f``. (Comparing ``|w|^2`` with ``f^T K^-1 f``
-    itself amplifies those roundings by ``||L^-1||``, up to 1e3 here: 1.1e-9 relative on one
-    machine, 3e-10 on another.) ``f = L xi + K x`` is summed with ``|f - fl(f)| <= n u (|L|
+    itself amplifies those roundings by ``||L^-1||``, up to 1e3 here: 1.07e-9 relative on an
+    AMD EPYC, against the 1e-9 that earlier machines had met.) ``f = L xi + K x`` is summed with ``|f - fl(f)| <= n u (|L|
     |xi| + |K| |x|)``, ``w`` with ``n u |L^T| |x|``, and ``K = L L^T + E``, ``|E| <= n u |L|
     |L^T|`` (Higham, Accuracy and Stability, eqs. 3.11 and 10.5), so ``|L w - f|`` is at most
     ``n u`` times ``|L| |xi| + |K| |x| + 2 |L| |L^T| |x|``, elementwise, to first order."""

@@ -512,7 +512,7 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
                               random.fold_in(key, sample + 2), _polish_tol(sample))
         sweeps += int(res.sweeps)
     _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9,
-                            tol=max(_polish_tol(sample), lrvb.RESIDUAL_TOL))
+                            tol=SAMPLED_POLISH_TOL if sample else lrvb.RESIDUAL_TOL)
     report = (sample or n, float(res.mc_error))
     if status != "linear response":
         return (mean_field, status, sweeps) + report

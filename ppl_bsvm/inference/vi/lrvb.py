@@ -440,7 +440,8 @@ def moments_add_single(acc: SitesMoments, W, r, g) -> SitesMoments:
     of about ``sqrt(rows) u``, ``u = 2^-24`` (2.7e-6 at 2,016 rows; 2.3e-7 measured over
     36,288), which ``(I - G)^{-1}`` amplifies by at most ``1 / (1 - ||G||)``: for a
     subsample's moments, whose Monte-Carlo error is larger (``sbsvm_response._sampled_pass``),
-    not for an exact sum."""
+    not for an exact sum. (The quadratic-linear block, ``m^3 / 2`` a row, is formed in double
+    all the same: :func:`moments_add`'s ``sqrt(2)`` scales are double arrays.)"""
     single = tuple(a.astype(jnp.float32) for a in (W, r, g))
     part = moments_add(moments_init(W.shape[1], jnp.float32), *single)
     return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, part)

@@ -88,6 +88,18 @@ rows than about ``P`` the ``n x n`` form is cheaper (:func:`sites_dense_factor`:
 ``[(I - G)^{-1}]_xx = I + 2 W^T D_r M^{-1} D_r W``, ``M = D_g^{-1} - 2 D_r H D_r - H o H``,
 ``O(n^2 p + n^3 / 3)``). The ``jvp`` route (:func:`response`) computes the same response
 column by column, ``P`` passes of ``O(n p^2)``; the tests check the three against each other.
+
+**The Schur route** (:class:`SchurSums`, :func:`quad_apply_add`, :func:`series_error`). Only
+the trailing block is wanted, the inverse of the Schur complement
+``C = I - G_xx - G_xq (I - G_qq)^{-1} G_qx``. ``G_qq = sum_i g_i q_i q_i^T``,
+``q_i = vechs(w_i w_i^T)``, is positive semi-definite, and its product with a ``Pq x k`` matrix
+``B`` needs no fourth moments: ``q_i^T B_j = w_i^T V_j w_i`` (``V_j`` the symmetric matrix of
+column ``j``), so ``G_qq B = sum_i g_i q_i (q_i^T B)``, ``O(p^2 k)`` a row. With
+``B_0 = G_qx`` and ``B_j = G_qq B_{j-1}``, ``B_0^T (I - G_qq)^{-1} B_0 = sum_t B_0^T G_qq^t B_0``
+and ``K`` products give the terms through ``t = 2 K`` (``B_j^T B_j`` and ``B_j^T B_{j+1}``).
+Its largest eigenvalue is at most that of the ``p x p`` matrix ``sum_i g_i |w_i|^2 w_i w_i^T``
+(:func:`quad_norm_bound`), which certifies the truncation (:func:`series_error`). Each product
+costs ``3 p^3 / 2`` a row and the memory is ``O(p^3)``, against ``p^4 / 18`` and ``3 P^2``.
 """
 
 from __future__ import annotations
@@ -129,7 +141,17 @@ __all__ = [
     "moments_init",
     "moments_add",
     "moments_add_single",
+    "in_single",
     "moments_gram",
+    "SchurSums",
+    "schur_init",
+    "schur_add",
+    "vechs_rows",
+    "quad_operand",
+    "quad_apply_add",
+    "quad_norm_bound",
+    "series_error",
+    "series_flops",
     "sites_precision_factor",
     "sites_factors",
     "sites_dense_factor",
@@ -415,6 +437,16 @@ def moments_init(p: int, dtype) -> SitesMoments:
     return SitesMoments(blocks, jnp.zeros((Pq, p), dtype), jnp.zeros((p, p), dtype))
 
 
+def _mean_blocks(by_first, W, r, g):
+    """The chunk's ``G_{qx} (Pq, p)`` and ``G_{xx} (p, p)`` from its products ``w_a w_b``
+    (``by_first (Pq, rows)``, pairs ``a <= b`` ordered by ``a``)."""
+    p = W.shape[1]
+    i, j = np.triu_indices(p)
+    scale = np.where(i == j, 1.0, np.sqrt(2.0))[:, None].astype(W.dtype)  # W's precision
+    quad_lin = _nt(scale * by_first * (np.sqrt(2.0) * g * r), W.T)
+    return quad_lin, 2.0 * (W.T * (g * r * r)) @ W
+
+
 def moments_add(acc: SitesMoments, W, r, g) -> SitesMoments:
     """Add the rows ``w_i`` (``W (b, p)``) with their ``r_i`` and weights ``g_i`` (0 for a
     row that must not count)."""
@@ -427,10 +459,17 @@ def moments_add(acc: SitesMoments, W, r, g) -> SitesMoments:
     by_second = Wt[a] * Wt[b] * g  # ordered by b
     blocks = tuple(old + _nt(by_second[_tri(b0):_tri(b1)], by_first[_row_major(b0, p):])
                    for old, b0, b1 in zip(acc.blocks, bounds[:-1], bounds[1:]))
-    scale = np.where(i == j, 1.0, np.sqrt(2.0))[:, None]
-    quad_lin = acc.quad_lin + _nt(scale * by_first * (np.sqrt(2.0) * g * r), Wt)
-    lin = acc.lin + 2.0 * (Wt * (g * r * r)) @ W
-    return SitesMoments(blocks, quad_lin, lin)
+    quad_lin, lin = _mean_blocks(by_first, W, r, g)
+    return SitesMoments(blocks, acc.quad_lin + quad_lin, acc.lin + lin)
+
+
+def in_single(add, acc, *rows):
+    """``add`` applied to a zero accumulator and ``rows`` in single precision, its sums then
+    added to ``acc`` in ``acc``'s own precision (a chunk's products in float32, their running
+    total in float64)."""
+    zero = jax.tree.map(lambda a: jnp.zeros(a.shape, jnp.float32), acc)
+    part = add(zero, *(a.astype(jnp.float32) for a in rows))
+    return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, part)
 
 
 def moments_add_single(acc: SitesMoments, W, r, g) -> SitesMoments:
@@ -440,11 +479,8 @@ def moments_add_single(acc: SitesMoments, W, r, g) -> SitesMoments:
     of about ``sqrt(rows) u``, ``u = 2^-24`` (2.7e-6 at 2,016 rows; 2.3e-7 measured over
     36,288), which ``(I - G)^{-1}`` amplifies by at most ``1 / (1 - ||G||)``: for a
     subsample's moments, whose Monte-Carlo error is larger (``sbsvm_response._sampled_pass``),
-    not for an exact sum. (The quadratic-linear block, ``m^3 / 2`` a row, is formed in double
-    all the same: :func:`moments_add`'s ``sqrt(2)`` scales are double arrays.)"""
-    single = tuple(a.astype(jnp.float32) for a in (W, r, g))
-    part = moments_add(moments_init(W.shape[1], jnp.float32), *single)
-    return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, part)
+    not for an exact sum."""
+    return in_single(moments_add, acc, W, r, g)
 
 
 def moments_gram(acc: SitesMoments):
@@ -477,6 +513,94 @@ def moments_gram(acc: SitesMoments):
     top = jnp.concatenate([quad, acc.quad_lin], axis=1)
     bottom = jnp.concatenate([acc.quad_lin.T, acc.lin], axis=1)
     return jnp.concatenate([top, bottom], axis=0)
+
+
+class SchurSums(NamedTuple):
+    """The sums behind the Schur complement of ``I - G``'s quadratic block (:func:`schur_add`,
+    module doc): ``quad_lin = G_{qx} (Pq, p)``, ``lin = G_{xx} (p, p)`` as in
+    :class:`SitesMoments`, and ``bound = sum_i g_i |w_i|^2 w_i w_i^T (p, p)``, whose largest
+    eigenvalue bounds ``G_{qq}``'s (:func:`quad_norm_bound`)."""
+
+    quad_lin: jnp.ndarray
+    lin: jnp.ndarray
+    bound: jnp.ndarray
+
+
+def schur_init(p: int, dtype) -> SchurSums:
+    return SchurSums(jnp.zeros((_tri(p), p), dtype), jnp.zeros((p, p), dtype),
+                     jnp.zeros((p, p), dtype))
+
+
+def schur_add(acc: SchurSums, W, r, g) -> SchurSums:
+    """Add rows ``w_i`` (``W (b, p)``) with their ``r_i`` and weights ``g_i`` to ``acc``:
+    ``O(p^3 / 2)`` a row (the ``Pq x p`` block), where :func:`moments_add` costs ``O(p^4 / 18)``
+    to ``O(p^4 / 4)``."""
+    i, j = np.triu_indices(W.shape[1])
+    quad_lin, lin = _mean_blocks(W.T[i] * W.T[j], W, r, g)
+    bound = (W.T * (g * jnp.sum(W * W, axis=1))) @ W
+    return SchurSums(acc.quad_lin + quad_lin, acc.lin + lin, acc.bound + bound)
+
+
+def vechs_rows(W):
+    """``vechs(w_i w_i^T)`` for each row of ``W (b, p)``: ``(b, Pq)``, pairs ``a <= b``
+    ordered by ``a``, off-diagonal products times ``sqrt(2)``."""
+    i, j = np.triu_indices(W.shape[1])
+    return W[:, i] * W[:, j] * np.where(i == j, 1.0, np.sqrt(2.0))
+
+
+def quad_operand(B):
+    """The columns of ``B (Pq, k)`` as symmetric ``p x p`` matrices ``V_j`` (inverse of
+    ``vechs``), laid out ``(p, k p)`` for :func:`quad_apply_add`'s product."""
+    Pq, k = B.shape
+    p = int(round((np.sqrt(8 * Pq + 1) - 1) / 2))
+    i, j = np.triu_indices(p)
+    V = jnp.zeros((k, p, p), B.dtype).at[:, i, j].set(
+        B.T * np.where(i == j, 1.0, 1.0 / np.sqrt(2.0)))
+    V = V + jnp.swapaxes(V, 1, 2) - V * jnp.eye(p, dtype=B.dtype)
+    return jnp.transpose(V, (1, 0, 2)).reshape(p, k * p)
+
+
+def quad_apply_add(acc, W, g, operand):
+    """``acc + sum_i g_i q_i q_i^T B`` over the rows of ``W``, ``q_i = vechs(w_i w_i^T)``,
+    ``operand = quad_operand(B)``: ``q_i^T B_j = w_i^T V_j w_i`` (``p^3`` a row for the
+    ``k = p`` columns), then the sum (``p^3 / 2``). ``G_{qq} B`` without forming ``G_{qq}``."""
+    b, p = W.shape
+    k = operand.shape[1] // p
+    c = jnp.einsum("ikb,ib->ik", (W @ operand).reshape(b, k, p), W)
+    return acc + vechs_rows(W).T @ (g[:, None] * c)
+
+
+def quad_norm_bound(sums: SchurSums):
+    """A bound on the largest eigenvalue of ``G_{qq} = sum_i g_i q_i q_i^T``: for symmetric
+    ``V`` with ``|vechs V| = |V|_F = 1``, ``vechs(V)^T G_{qq} vechs(V) = sum_i g_i (w_i^T V
+    w_i)^2 <= sum_i g_i |w_i|^2 w_i^T V^2 w_i = tr(V^2 H) <= lambda_max(H)`` (Cauchy-Schwarz,
+    ``V^2`` positive semi-definite with trace 1), ``H = sums.bound``."""
+    return jnp.linalg.eigvalsh(0.5 * (sums.bound + sums.bound.T))[-1]
+
+
+def series_error(lam, passes, C, M0):
+    """Bound on the relative error of ``C^{-1}`` when the Schur complement ``C`` took the
+    series of ``(I - G_{qq})^{-1}`` through ``G_{qq}^{2 K}`` (``K = passes``): the remainder
+    ``T = B_0^T G_{qq}^{2K+1} (I - G_{qq})^{-1} B_0`` lies between 0 and ``eps B_0^T B_0``,
+    ``eps = lam^{2K+1} / (1 - lam)`` (``G_{qq}`` positive semi-definite with norm at most
+    ``lam``), so with ``kappa = lambda_max(C^{-1} M_0)``, ``M_0 = B_0^T B_0``, the true
+    ``C - T`` has ``|C^{1/2} ((C - T)^{-1} - C^{-1}) C^{1/2}| <= eps kappa / (1 - eps kappa)``.
+    Infinite where ``lam >= 1``, ``C`` is not positive definite or ``eps kappa >= 1``."""
+    lam = jnp.asarray(lam, C.dtype)
+    eps = lam ** (2 * passes + 1) / jnp.where(lam < 1.0, 1.0 - lam, 1.0)
+    L = jnp.linalg.cholesky(0.5 * (C + C.T))
+    A = solve_triangular(L, solve_triangular(L, M0, lower=True).T, lower=True)
+    kappa = jnp.linalg.eigvalsh(0.5 * (A + A.T))[-1]
+    bound = eps * kappa / (1.0 - eps * kappa)
+    ok = (lam < 1.0) & (eps * kappa < 1.0) & jnp.isfinite(bound)
+    return jnp.where(ok, jnp.maximum(bound, 0.0), jnp.inf)
+
+
+def series_flops(n: int, p: int, passes: int) -> float:
+    """Multiply-adds of the Schur route over ``n`` rows with ``passes`` products by
+    ``G_{qq}`` (:func:`schur_add`, :func:`quad_apply_add`)."""
+    Pq = _tri(p)
+    return float(n) * (Pq * p + 2 * p * p + passes * (p**3 + Pq * p))
 
 
 def sites_precision_factor(chol_prec, G):
@@ -526,8 +650,25 @@ def dense_flops(n: int, p: int) -> float:
     return float(n) * n * (p + n / 3.0) + float(n) * n * p
 
 
+def _rejection(cov, residual: float, tol: float, semidefinite: bool) -> str | None:
+    """Why :func:`accept` rejects ``cov``, or None."""
+    if not np.isfinite(residual) or residual > tol:
+        return (f"the fixed point is not converged (relative residual {residual:.2g} > "
+                f"{tol:g}); raise max_iter or lower tol")
+    if not np.all(np.isfinite(cov)):
+        return "the linear-response system is singular (non-finite covariance)"
+    try:
+        np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        eig = np.linalg.eigvalsh(cov)
+        if not semidefinite or eig[0] < -1e-9 * max(abs(eig[-1]), 1e-300):
+            return ("the linear-response covariance is not positive definite (eigenvalue "
+                    f"{eig[0]:.3g})")
+    return None
+
+
 def accept(cov, mean_field_cov, residual, what: str, *, semidefinite: bool = False,
-           stacklevel: int = 3, tol: float = RESIDUAL_TOL):
+           stacklevel: int = 3, tol: float = RESIDUAL_TOL, failure: str | None = None):
     """Check a linear-response covariance on the host: ``(cov, status)``.
 
     ``status`` is ``"linear response"`` when ``cov`` is finite and positive definite
@@ -536,24 +677,12 @@ def accept(cov, mean_field_cov, residual, what: str, *, semidefinite: bool = Fal
     fixed point's residual is at most ``tol`` (:data:`RESIDUAL_TOL`; S-BSVM's subsampled
     response trusts a larger one, ``sbsvm_response.SAMPLED_POLISH_TOL``); otherwise a
     ``ConvergenceWarning`` says why and the mean-field covariance comes back with the status
-    ``"mean-field (...)"``.
+    ``"mean-field (...)"``. ``failure``: a reason the caller already has (the check fails
+    with it).
     """
     cov = np.asarray(cov, dtype=np.float64)
     residual = float(residual)
-    reason = None
-    if not np.isfinite(residual) or residual > tol:
-        reason = (f"the fixed point is not converged (relative residual {residual:.2g} > "
-                  f"{tol:g}); raise max_iter or lower tol")
-    elif not np.all(np.isfinite(cov)):
-        reason = "the linear-response system is singular (non-finite covariance)"
-    else:
-        try:
-            np.linalg.cholesky(cov)
-        except np.linalg.LinAlgError:
-            eig = np.linalg.eigvalsh(cov)
-            if not semidefinite or eig[0] < -1e-9 * max(abs(eig[-1]), 1e-300):
-                reason = ("the linear-response covariance is not positive definite (eigenvalue "
-                          f"{eig[0]:.3g})")
+    reason = failure or _rejection(cov, residual, tol, semidefinite)
     if reason is None:
         return cov, "linear response"
     warnings.warn(

@@ -57,7 +57,8 @@ coordinate ascent (``bbsvm.py``), which the tests check.
 
 Linear response (``linear_response=True``): the covariance of ``u`` is replaced by the
 response of the batch fixed point's mean to the tilt ``log p + t^T u`` (Giordano et al. 2018),
-computed in ``sbsvm_response`` at ``O(n m^4 + m^6)``.
+computed in ``sbsvm_response`` in passes of ``O(n m^3)`` (the Schur complement of its
+``P x P`` system by a certified series) or, for few inducing points, ``O(n m^4 + m^6)``.
 """
 
 from __future__ import annotations
@@ -525,16 +526,17 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         idata.approximation: ``u_cov`` and ``f_var`` (the mean-field ones stay as
         u_cov_mean_field and f_var_mean_field, and the attributes ``covariance`` and
         polish_sweeps say which is used and how the polish went). Cost: the sweeps
-        (``O(n m^2)`` each, to a relative change of 1e-8: 6-9 measured), a pass forming
-        the data's fourth moments (``m^4 / 18`` to ``m^4 / 4`` operations per row) and the
-        factorisation of a ``P x P`` matrix, ``P = m (m + 3) / 2`` (``m^6 / 24``, memory
-        ``3 P^2`` floats: 636 MB at m = 100), or with fewer points than about ``P`` an
-        ``n x n`` system instead (not the O(m^3) one might hope for: sbsvm_response says
-        why). Beyond ``32 P`` points the moments come from a random subsample of ``16 P``
-        rows, grown fourfold until the estimated Monte-Carlo error of the sds of ``f`` is at
-        most 0.5 % (attributes ``response_rows`` and ``response_mc_error``). Where the fixed
-        point is not converged or the covariance not positive definite, a
-        ``ConvergenceWarning`` and the mean-field answer.
+        (``O(n m^2)`` each, to a relative change of 1e-8: 6-9 measured), then the Schur
+        complement of the response's ``P x P`` system, ``P = m (m + 3) / 2``, by a series
+        whose error is certified (``m^3 / 2`` operations per row, and ``3 m^3 / 2`` per row
+        for each of its terms: one or two measured; memory ``O(m^3)``), or with fewer points
+        than about ``3 m^1.5`` an ``n x n`` system instead (sbsvm_response says why, and
+        when the ``P x P`` system itself, ``m^4 / 18`` per row and ``3 P^2`` floats, takes
+        over; attribute ``response_form``). Beyond ``32 P`` points these sums come from a
+        random subsample of ``16 P`` rows, grown fourfold until the estimated Monte-Carlo
+        error of the sds of ``f`` is at most 0.5 % (attributes ``response_rows`` and
+        ``response_mc_error``). Where the fixed point is not converged or the covariance not
+        positive definite, a ``ConvergenceWarning`` and the mean-field answer.
     resume : Fit, optional
         Continue this fit's run (``ppl_bsvm.resume``); ``max_iter`` counts its steps too.
     """
@@ -612,15 +614,15 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     status, lr_extra, lr_attrs = None, {}, {}
     if options.linear_response:
         t_lr = time.perf_counter()
-        q, status, sweeps, sampled, mc_error = respond(kernel, st, data, keys.u, num_draws,
-                                                      mean_field, what)
+        q, status, sweeps, sampled, mc_error, form = respond(kernel, st, data, keys.u,
+                                                            num_draws, mean_field, what)
         lr_extra = {"u_cov_mean_field": np.asarray(mean_field.u_cov),
                     "f_var_mean_field": f_var}
         if q is not mean_field:
             f_var = marginals(q).f_var
         timings["linear_response"] = time.perf_counter() - t_lr
         lr_attrs = {"polish_sweeps": sweeps, "response_rows": sampled,
-                    "response_mc_error": mc_error}
+                    "response_mc_error": mc_error, "response_form": form}
     post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
     posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:
@@ -665,7 +667,7 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
 def _working_memory(n: int, d: int, options: dict) -> int:
     """Bytes beyond the inputs: draws of ``f`` at the training inputs when stored, the
     ``O(|S| m + m^2)`` working arrays (``_memory``) and with ``linear_response`` the
-    ``O(m^4)`` of ``sbsvm_response``."""
+    ``O(m^3)`` (or for few inducing points ``O(m^4)``) of ``sbsvm_response``."""
     m = inducing_count(n, options)
     b = options.get("batch_size") or default_batch_size(n)
     store = options.get("store_f")
@@ -677,8 +679,9 @@ def _working_memory(n: int, d: int, options: dict) -> int:
 
 _working_memory.hint = (
     "S-BSVM keeps num_draws draws of f at the training inputs (store_f=False drops them) and, "
-    "with linear_response=True, P x P matrices, P = m (m + 3) / 2 for m inducing points (use "
-    "fewer: num_inducing; that memory falls as m^4)")
+    "with linear_response=True, m^3 / 2 floats and a chunk's products for m inducing points "
+    "(or, for few inducing points or rows, P x P or n x n matrices, P = m (m + 3) / 2; use "
+    "fewer: num_inducing)")
 
 
 def sbsvm_gp(problem: Problem, options: SBSVMOptions, *, key, kernel: Kernel,

@@ -246,9 +246,12 @@ def test_cost_and_memory_estimates_count_the_response():
     assert lrvb.series_flops(10**5, 128, passes) < 0.45 * lrvb.moments_flops(10**5, 128)
     assert sbsvm_response.sample_rows(2 * rows - 1, 64,
                                       sbsvm_response.response_chunk(10**5, 64)) == 0
-    # the most products before the moments are cheaper: 3 at m = 64, 5 at 128
+    # the most products before the moments are cheaper: 3 at m = 64, 5 at 128; below
+    # SERIES_MIN_PASSES (few inducing points) the moments themselves
     assert sbsvm_response.series_passes(rows, 64) == 3
     assert sbsvm_response.series_passes(10**5, 128) == 5
+    assert sbsvm_response.uses_series(rows, 64) and not sbsvm_response.uses_series(rows, 16)
+    assert sbsvm_response.response_bytes(10**5, 16) == sbsvm_response.moments_bytes(10**5, 16)
     # few rows: the n x n form (below about 3 m^1.5 rows)
     assert sbsvm_response.uses_dense(1000, 64) and not sbsvm_response.uses_dense(2000, 64)
     assert sbsvm_response.uses_dense(10**4, 256) and not sbsvm_response.uses_dense(2 * 10**4,

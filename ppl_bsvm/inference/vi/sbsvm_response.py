@@ -115,9 +115,9 @@ with plain steps took 16-18 to 1e-8 and one more for the residual; plain sweeps 
 
 
 SERIES_PASSES = 2
-"""Products by ``G_qq`` the estimates count for the Schur route (:func:`_series_pass`): one
-or two on the ``susy`` generator (m = 64 and 128, 10^4-10^6 points); each costs ``3 m^3 / 2``
-a row."""
+"""Products by ``G_qq`` the estimates count for the Schur route (:func:`_series_pass`), each
+``3 m^3 / 2`` a row: on the ``susy`` generator none at 10^6 points and one at 10^5 (m = 64, a
+subsample's tolerance), three at 2 x 10^4 (m = 128, the full sum's)."""
 
 SERIES_MAX_PASSES = 8
 """The most products by ``G_qq`` the Schur route takes (fewer where the moments would cost

@@ -97,8 +97,9 @@ the trailing block is wanted, the inverse of the Schur complement
 column ``j``), so ``G_qq B = sum_i g_i q_i (q_i^T B)``, ``O(p^2 k)`` a row. With
 ``B_0 = G_qx`` and ``B_j = G_qq B_{j-1}``, ``B_0^T (I - G_qq)^{-1} B_0 = sum_t B_0^T G_qq^t B_0``
 and ``K`` products give the terms through ``t = 2 K`` (``B_j^T B_j`` and ``B_j^T B_{j+1}``).
-Its largest eigenvalue is at most that of the ``p x p`` matrix ``sum_i g_i |w_i|^2 w_i w_i^T``
-(:func:`quad_norm_bound`), which certifies the truncation (:func:`series_error`). Each product
+``G_qq``'s largest eigenvalue is at most that of the ``p x p`` matrix
+``sum_i g_i |w_i|^2 w_i w_i^T`` (:func:`quad_norm_bound`), which certifies the truncation
+(:func:`series_error`). Each product
 costs ``3 p^3 / 2`` a row and the memory is ``O(p^3)``, against ``p^4 / 18`` and ``3 P^2``.
 """
 
@@ -442,8 +443,9 @@ def _mean_blocks(by_first, W, r, g):
     (``by_first (Pq, rows)``, pairs ``a <= b`` ordered by ``a``)."""
     p = W.shape[1]
     i, j = np.triu_indices(p)
-    scale = np.where(i == j, 1.0, np.sqrt(2.0))[:, None].astype(W.dtype)  # W's precision
-    quad_lin = _nt(scale * by_first * (np.sqrt(2.0) * g * r), W.T)
+    # constants in W's precision (a numpy float64 would promote single-precision rows)
+    scale = np.where(i == j, 1.0, np.sqrt(2.0))[:, None].astype(W.dtype)
+    quad_lin = _nt(scale * by_first * (2.0**0.5 * g * r), W.T)
     return quad_lin, 2.0 * (W.T * (g * r * r)) @ W
 
 
@@ -545,7 +547,7 @@ def vechs_rows(W):
     """``vechs(w_i w_i^T)`` for each row of ``W (b, p)``: ``(b, Pq)``, pairs ``a <= b``
     ordered by ``a``, off-diagonal products times ``sqrt(2)``."""
     i, j = np.triu_indices(W.shape[1])
-    return W[:, i] * W[:, j] * np.where(i == j, 1.0, np.sqrt(2.0))
+    return W[:, i] * W[:, j] * np.where(i == j, 1.0, np.sqrt(2.0)).astype(W.dtype)
 
 
 def quad_operand(B):

@@ -183,6 +183,21 @@ def test_schur_route_pieces_against_the_gram_matrix(aligned):
     assert np.isinf(float(lrvb.series_error(1.0, 3, jnp.eye(p), jnp.eye(p))))
 
 
+def test_sums_of_single_precision_rows_stay_single():
+    """``moments_add``, ``schur_add`` and ``quad_apply_add`` on float32 rows form every product
+    in float32 (a float64 constant among them would promote the chunk's products to double and
+    lose ``in_single``'s speed without a sign); ``in_single`` adds them to a double total."""
+    with jax.enable_x64(True):
+        W, r, g = jnp.ones((5, 4), jnp.float32), jnp.ones(5, jnp.float32), jnp.ones(5, jnp.float32)
+        sums = [lrvb.moments_add(lrvb.moments_init(4, jnp.float32), W, r, g),
+                lrvb.schur_add(lrvb.schur_init(4, jnp.float32), W, r, g),
+                lrvb.quad_apply_add(jnp.zeros((10, 4), jnp.float32), W, g,
+                                    lrvb.quad_operand(jnp.ones((10, 4), jnp.float32)))]
+        assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(sums))
+        total = lrvb.in_single(lrvb.schur_add, lrvb.schur_init(4, jnp.float64), W, r, g)
+        assert all(a.dtype == jnp.float64 for a in jax.tree.leaves(total))
+
+
 def test_draws_and_predictive_use_the_linear_response_covariance():
     X, y = _problem()
     fit = ppl_bsvm.fit(X, y, model="linear", method="vi", linear_response=True, num_draws=4000)

@@ -557,7 +557,7 @@ def quad_operand(B):
     p = int(round((np.sqrt(8 * Pq + 1) - 1) / 2))
     i, j = np.triu_indices(p)
     V = jnp.zeros((k, p, p), B.dtype).at[:, i, j].set(
-        B.T * np.where(i == j, 1.0, 1.0 / np.sqrt(2.0)))
+        B.T * np.where(i == j, 1.0, 1.0 / np.sqrt(2.0)).astype(B.dtype))
     V = V + jnp.swapaxes(V, 1, 2) - V * jnp.eye(p, dtype=B.dtype)
     return jnp.transpose(V, (1, 0, 2)).reshape(p, k * p)
 

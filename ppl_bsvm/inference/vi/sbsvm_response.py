@@ -461,8 +461,8 @@ def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, ch
     precision factor (``lrvb.sites_factors``) and ``mc_error``."""
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
-    sets, (Y, ktilde) = _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample,
-                                  chunk)
+    sets, probes = _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample,
+                             chunk)
     zero = lrvb.moments_init(m, theta.dtype)
     A, B = (_over(rows, lrvb.moments_add_single, zero) for rows in sets)
     GA, GB = lrvb.moments_gram(A), lrvb.moments_gram(B)
@@ -470,11 +470,18 @@ def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, ch
     P = G.shape[0]
     factor, R = lrvb.sites_factors(chol_P, G)
     X = cho_solve((R, True), jnp.eye(P, m, -(P - m), dtype=G.dtype))
-    # var f_i = y_i^T [(I - G)^-1]_xx y_i + ktilde_i (y_i = P_L^-1 psi_i), and its change
-    var = jnp.sum(Y * (X[P - m:] @ Y), axis=0) + ktilde
-    dvar = jnp.sum(Y * ((X.T @ (0.5 * (dG + dG.T)) @ X) @ Y), axis=0)
-    error = jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2))
-    return factor, error
+    return factor, _sd_error(probes, X[P - m:], X.T @ (0.5 * (dG + dG.T)) @ X)
+
+
+def _sd_error(probes, cov, dcov):
+    """The relative change of the sds of ``f`` at the probe rows (:func:`_row_sets`) when the
+    response's block ``cov = [(I - G)^{-1}]_xx`` moves by ``dcov``, root mean square over them:
+    ``var f_i = y_i^T cov y_i + ktilde_i`` (``y_i = P_L^{-1} psi_i``), changed by
+    ``y_i^T dcov y_i``."""
+    Y, ktilde = probes
+    var = jnp.sum(Y * (cov @ Y), axis=0) + ktilde
+    dvar = jnp.sum(Y * (dcov @ Y), axis=0)
+    return jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2))
 
 
 def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample: int, chunk: int):
@@ -579,9 +586,13 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     sets, probes = _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample,
                              chunk)
-    # a subsample's products in single precision (as _sampled_pass's), the full sum's double
-    add = functools.partial(lrvb.in_single, lrvb.schur_add) if sample else lrvb.schur_add
-    sums, dsums = _halves([_over(rs, add, lrvb.schur_init(m, theta.dtype)) for rs in sets])
+
+    def precise(add):
+        # a subsample's products in single precision (as _sampled_pass's), the full sum's double
+        return functools.partial(lrvb.in_single, add) if sample else add
+
+    sums, dsums = _halves([_over(rs, precise(lrvb.schur_add), lrvb.schur_init(m, theta.dtype))
+                           for rs in sets])
     lam = lrvb.quad_norm_bound(sums)
     B0 = sums.quad_lin
     M0 = B0.T @ B0
@@ -592,16 +603,8 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
         return 0.5 * (C + C.T)
 
     def step(st: _Series) -> _Series:
-        operand = lrvb.quad_operand(st.B)
-        if sample:
-            operand = operand.astype(jnp.float32)
-
-        def apply(acc, W, r, g):
-            if sample:
-                return lrvb.in_single(lambda a, *rows: lrvb.quad_apply_add(a, *rows, operand),
-                                      acc, W, g)
-            return lrvb.quad_apply_add(acc, W, g, operand)
-
+        operand = lrvb.quad_operand(st.B).astype(jnp.float32 if sample else st.B.dtype)
+        apply = precise(lambda acc, W, r, g: lrvb.quad_apply_add(acc, W, g, operand))
         B, dB = _halves([_over(rs, apply, jnp.zeros_like(st.B)) for rs in sets])
         S = st.S + st.B.T @ B + B.T @ B
         passes = st.passes + 1
@@ -610,6 +613,7 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
 
     start = _Series(jnp.zeros((), jnp.int32), B0, M0, B0, jnp.zeros_like(B0),
                     lrvb.series_error(lam, 0, complement(M0), M0))
+
     def more(st: _Series):
         # the bound falls by about lam^2 a product: stop where max_passes cannot reach tol
         reachable = st.error * lam ** (2 * (max_passes - st.passes)) <= 10.0 * tol
@@ -621,13 +625,10 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
     factor = chol_P @ chol_C
     if probes is None:
         return factor, jnp.zeros((), theta.dtype), out.passes, out.error
-    Y, ktilde = probes
     dBY = dsums.quad_lin.T @ out.Y
     dC = -dsums.lin - dBY - dBY.T - 0.5 * (B0.T @ out.dB1 + out.dB1.T @ B0)
     Cinv = cho_solve((chol_C, True), eye)
-    var = jnp.sum(Y * (Cinv @ Y), axis=0) + ktilde
-    dvar = jnp.sum(Y * ((-Cinv @ dC @ Cinv) @ Y), axis=0)
-    return factor, jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2)), out.passes, out.error
+    return factor, _sd_error(probes, Cinv, -Cinv @ dC @ Cinv), out.passes, out.error
 
 
 def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):

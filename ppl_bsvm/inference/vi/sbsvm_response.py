@@ -432,14 +432,16 @@ def _moments_pass(kernel, params, Z, chol_Kmm, data, theta, chunk: int):
     return lrvb.sites_precision_factor(chol_P, lrvb.moments_gram(moments))
 
 
-def _subsample(key, data, sample: int):
-    """``sample`` distinct training rows (never padding), uniformly at random."""
+def _subsample(key, data):
+    """The training rows in a uniformly random order, padding last: its first ``sample`` are
+    ``sample`` distinct training rows (never padding) drawn without replacement (the count is
+    a traced value, so that every subsample size shares one program)."""
     N = data.X.shape[0]
     rank = random.uniform(key, (N,), data.X.dtype) + (jnp.arange(N) >= data.n)
-    return jnp.argsort(rank)[:sample]
+    return jnp.argsort(rank)
 
 
-def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chunk: int):
+def _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample, chunk: int):
     r"""The moments of :func:`_moments_pass` from ``sample`` rows drawn without replacement,
     in two halves ``A`` and ``B``, each chunk's products in single precision
     (``lrvb.moments_add_single``: on the ``susy`` generator, m = 64, the sds of ``f`` at 500
@@ -484,13 +486,14 @@ def _sd_error(probes, cov, dcov):
     return jnp.sqrt(jnp.mean((dvar / (2.0 * var)) ** 2))
 
 
-def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample: int, chunk: int):
+def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample, chunk: int):
     """Where the response's sums come from: ``(sets, probes)``. ``sets`` is one
-    ``(chunks, fetch)`` pair for the full sum (chunks of ``chunk`` own rows, padding weighted
-    0) or two for the halves ``A`` and ``B`` of ``sample`` rows drawn with ``key``
-    (:func:`_sampled_pass`: each weighted ``n / (sample / 2)``); ``fetch(i)`` gives chunk
-    ``i``'s ``(W, r, g)``. ``probes``: ``P_L^{-1} psi_i`` and ``ktilde_i`` of the first chunk of
-    the subsample (:func:`_sampled_pass`), ``None`` for the full sum."""
+    ``(chunks, fetch)`` pair for the full sum (``key`` None: chunks of ``chunk`` own rows,
+    padding weighted 0) or two for the halves ``A`` and ``B`` of ``sample`` rows (traced, a
+    multiple of ``2 chunk``) drawn with ``key`` (:func:`_sampled_pass`: each weighted
+    ``n / (sample / 2)``); ``fetch(i)`` gives chunk ``i``'s ``(W, r, g)``. ``probes``:
+    ``P_L^{-1} psi_i`` and ``ktilde_i`` of the first chunk of the subsample
+    (:func:`_sampled_pass`), ``None`` for the full sum."""
     S = cov_factor(chol_P)
 
     def stats(Xc, yc, weight):
@@ -498,7 +501,7 @@ def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample: int,
         g = 0.5 * data.gamma * elbo_mod.optimal_alpha(m_f, s_f, yc) ** -1.5
         return (yc[:, None] * PsiT.T) @ S, 1.0 - yc * m_f, jnp.where(weight > 0, weight * g, 0.0)
 
-    if not sample:
+    if key is None:
         n_chunks, size_ = _chunks(data.X.shape[0], chunk)
 
         def own(i):
@@ -506,9 +509,9 @@ def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, key, sample: int,
             return stats(Xc, yc, mask.astype(mean.dtype))
 
         return ((n_chunks, own),), None
-    rows = _subsample(key, data, sample)
-    half = sample // 2
-    weight = data.n.astype(mean.dtype) / half
+    rows = _subsample(key, data)
+    half = jnp.asarray(sample, jnp.int32) // 2
+    weight = data.n.astype(mean.dtype) / half.astype(mean.dtype)
 
     def fetch(start):
         def at(i):
@@ -550,8 +553,8 @@ class _Series(NamedTuple):
     error: jnp.ndarray
 
 
-def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chunk: int,
-                 max_passes: int, tol):
+def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample, chunk: int,
+                 max_passes, tol):
     r"""The linear-response precision factor from the Schur complement of ``I - G``'s
     quadratic block, never forming its ``Pq x Pq`` fourth moments (``lrvb`` module doc):
 
@@ -571,8 +574,8 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
     (0.040) at 10^4 points, m = 128: there one product brought the bound to 1.4e-10
     (measured 6.9e-11), here three to 3.8e-11 (1.5e-12).
 
-    With a subsample (``sample > 0``) the sums come from its halves ``A`` and ``B``
-    (:func:`_row_sets`) and ``dG = (G_A - G_B) / 2`` gives the Monte-Carlo error as in
+    With a subsample (``key`` given; ``sample``, ``max_passes`` and ``tol`` may be traced)
+    the sums come from its halves ``A`` and ``B`` (:func:`_row_sets`) and ``dG = (G_A - G_B) / 2`` gives the Monte-Carlo error as in
     :func:`_sampled_pass`: ``C = T^T (I - G) T`` with ``T = [(I - G_qq)^{-1} B_0; I]``,
     stationary in ``T``, so ``dC = -T^T dG T = -dG_xx - dB_0^T Y - Y^T dB_0 - Y^T dG_qq Y``,
     ``Y = (I - G_qq)^{-1} B_0`` (its partial sum), and ``d C^{-1} = -C^{-1} dC C^{-1}``; the
@@ -589,7 +592,7 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
 
     def precise(add):
         # a subsample's products in single precision (as _sampled_pass's), the full sum's double
-        return functools.partial(lrvb.in_single, add) if sample else add
+        return functools.partial(lrvb.in_single, add) if key is not None else add
 
     sums, dsums = _halves([_over(rs, precise(lrvb.schur_add), lrvb.schur_init(m, theta.dtype))
                            for rs in sets])
@@ -603,7 +606,8 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample: int, chu
         return 0.5 * (C + C.T)
 
     def step(st: _Series) -> _Series:
-        operand = lrvb.quad_operand(st.B).astype(jnp.float32 if sample else st.B.dtype)
+        operand = lrvb.quad_operand(st.B).astype(jnp.float32 if key is not None
+                                                 else st.B.dtype)
         apply = precise(lambda acc, W, r, g: lrvb.quad_apply_add(acc, W, g, operand))
         B, dB = _halves([_over(rs, apply, jnp.zeros_like(st.B)) for rs in sets])
         S = st.S + st.B.T @ B + B.T @ B
@@ -644,11 +648,9 @@ def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
                                    own)
 
 
-@functools.partial(_programs.Program,
-                   static_argnames=("kernel", "max_iter", "chunk", "sample", "tol", "passes"))
 def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int,
                     chunk: int, sample: int = 0, key=None, tol: float = POLISH_TOL,
-                    passes: int = 0) -> Response:
+                    passes: int = 0, residual: float | None = None) -> Response:
     """Polish S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) to the batch fixed
     point and compute its linear response there (module doc); ``data`` is ``sbsvm``'s
     ``SBSVMData`` (``X``, ``y``, ``n``, ``gamma``), ``chunk`` the rows per chunk of the
@@ -656,15 +658,42 @@ def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int
     ``sample > 0``: the sums from that many rows drawn with ``key`` (a multiple of
     ``2 chunk``); ``tol`` the polish's. ``passes > 0``: the Schur route
     (:func:`_series_pass`) with at most that many products by ``G_qq`` and its series to a
-    hundredth of ``tol``; else the moments (:func:`_moments_pass`, :func:`_sampled_pass`)."""
-    theta, sweeps, residual = _polish(kernel, params, Z, chol_Kmm, data,
-                                      lrvb.pack(eta1, 0.5 * (prec + prec.T)), max_iter, tol)
+    hundredth of ``tol``; else the moments (:func:`_moments_pass`, :func:`_sampled_pass`).
+    ``residual``: with ``max_iter=0``, the residual already measured at ``(eta1, prec)`` (a
+    response taken again from a polished state), which spares the sweep that would measure
+    it.
+
+    One program serves every subsample size, tolerance and count of products: they are
+    traced (:func:`respond` grows a subsample and falls back to the moments without
+    compiling again); whether there is a subsample, whether the series runs and whether
+    the residual is known are compiled in."""
+    sampled, series, known = bool(sample), bool(chunk and passes), residual is not None
+    return _linear_response(
+        kernel, params, Z, chol_Kmm, eta1, prec, data, jnp.asarray(sample, jnp.int32),
+        key if sampled else None, jnp.asarray(tol, eta1.dtype), jnp.asarray(passes, jnp.int32),
+        jnp.asarray(residual if known else 0.0, eta1.dtype), max_iter=max_iter, chunk=chunk,
+        series=series, known=known)
+
+
+@functools.partial(_programs.Program,
+                   static_argnames=("kernel", "max_iter", "chunk", "series", "known"))
+def _linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, sample, key, tol, passes,
+                     residual, max_iter: int, chunk: int, series: bool,
+                     known: bool) -> Response:
+    """:func:`linear_response`'s program (``key`` None for the full sum)."""
+    theta = lrvb.pack(eta1, 0.5 * (prec + prec.T))
+    if max_iter == 0 and known:
+        sweeps = jnp.zeros((), jnp.int32)
+    else:
+        theta, sweeps, residual = _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter,
+                                          tol)
     error = jnp.zeros((), theta.dtype)
-    series = (jnp.zeros((), jnp.int32), jnp.zeros((), theta.dtype))
-    if chunk and passes:
-        chol_lr, error, *series = _series_pass(kernel, params, Z, chol_Kmm, data, theta, key,
-                                               sample, chunk, passes, SERIES_SHARE * tol)
-    elif sample:
+    products = (jnp.zeros((), jnp.int32), jnp.zeros((), theta.dtype))
+    if series:
+        chol_lr, error, *products = _series_pass(kernel, params, Z, chol_Kmm, data, theta,
+                                                 key, sample, chunk, passes,
+                                                 SERIES_SHARE * tol)
+    elif key is not None:
         chol_lr, error = _sampled_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample,
                                        chunk)
     elif chunk:
@@ -672,7 +701,7 @@ def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int
     else:
         chol_lr = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
     factor_u = chol_Kmm @ cov_factor(chol_lr)
-    return Response(chol_lr, factor_u @ factor_u.T, residual, sweeps, theta, error, *series)
+    return Response(chol_lr, factor_u @ factor_u.T, residual, sweeps, theta, error, *products)
 
 
 SERIES_SHARE = 0.01
@@ -708,7 +737,8 @@ def _polish_tol(sample: int) -> float:
     return SAMPLED_POLISH_TOL if sample else POLISH_TOL
 
 
-def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: int, key):
+def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: int, key,
+              residual: float | None = None):
     """One response from ``(eta1, prec)``: on the Schur route (:func:`_series_pass`), or, where
     its series is not within its tolerance after :func:`series_passes` products, the moments'
     from the polished state (when their ``P x P`` matrices fit in the memory available).
@@ -718,7 +748,7 @@ def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: i
     rows = sample or data.X.shape[0]
     passes = series_passes(rows, m) if chunk and uses_series(rows, m) else 0
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, max_iter,
-                          chunk, sample, key, tol, passes)
+                          chunk, sample, key, tol, passes, residual)
     sweeps, failure = int(res.sweeps), None
     if not passes:
         return res, sweeps, "moments" if chunk else "n x n", failure
@@ -736,7 +766,7 @@ def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: i
         return res, sweeps, form, failure
     eta1, prec = lrvb.unpack(res.theta, m)
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, 0, chunk,
-                          sample, key, tol)
+                          sample, key, tol, residual=float(res.residual))
     return res, sweeps + int(res.sweeps), "moments", failure
 
 
@@ -763,10 +793,11 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     while failure is None and sample and not float(res.mc_error) <= MC_TOL:
         sample = 4 * sample if 8 * sample <= n else 0
         eta1, prec = lrvb.unpack(res.theta, m)
-        # the full sum polishes on, to its own tolerance; a larger subsample starts polished
-        res, more, form, failure = _response(kernel, st, data, eta1, prec,
-                                             0 if sample else lrvb.POLISH_ITER, chunk, sample,
-                                             random.fold_in(key, sample + 2))
+        # the full sum polishes on, to its own tolerance; a larger subsample starts polished,
+        # its residual measured already
+        res, more, form, failure = _response(
+            kernel, st, data, eta1, prec, 0 if sample else lrvb.POLISH_ITER, chunk, sample,
+            random.fold_in(key, sample + 2), float(res.residual) if sample else None)
         sweeps += more
     _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9,
                             tol=SAMPLED_POLISH_TOL if sample else lrvb.RESIDUAL_TOL,

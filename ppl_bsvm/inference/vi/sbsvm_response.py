@@ -575,8 +575,9 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, key, sample, chunk: i
     (measured 6.9e-11), here three to 3.8e-11 (1.5e-12).
 
     With a subsample (``key`` given; ``sample``, ``max_passes`` and ``tol`` may be traced)
-    the sums come from its halves ``A`` and ``B`` (:func:`_row_sets`) and ``dG = (G_A - G_B) / 2`` gives the Monte-Carlo error as in
-    :func:`_sampled_pass`: ``C = T^T (I - G) T`` with ``T = [(I - G_qq)^{-1} B_0; I]``,
+    the sums come from its halves ``A`` and ``B`` (:func:`_row_sets`) and
+    ``dG = (G_A - G_B) / 2`` gives the Monte-Carlo error as in :func:`_sampled_pass`:
+    ``C = T^T (I - G) T`` with ``T = [(I - G_qq)^{-1} B_0; I]``,
     stationary in ``T``, so ``dC = -T^T dG T = -dG_xx - dB_0^T Y - Y^T dB_0 - Y^T dG_qq Y``,
     ``Y = (I - G_qq)^{-1} B_0`` (its partial sum), and ``d C^{-1} = -C^{-1} dC C^{-1}``; the
     last term is taken as ``B_0^T dG_qq B_0`` (the halves' difference of the first pass's

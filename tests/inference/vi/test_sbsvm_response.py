@@ -386,11 +386,12 @@ def test_the_polish_steps_the_mean_by_newton_with_the_sweeps_own_jacobian(monkey
     X, y = _toy(n=400, seed=5)
     m = 10
     kernel, st, data = _engine_state(X, y, m, monkeypatch)
-    with jax.enable_x64(True):
-        args = (kernel, st.params, st.Z, st.chol_Kmm, data)
+
+    @jax.jit  # one program: eagerly, the steps below compiled about 130
+    def check(params, Z, chol_Kmm, data, theta0):
+        args = (kernel, params, Z, chol_Kmm, data)
         sweep = lambda th: sbsvm_response._sweep(*args, th)  # noqa: E731
-        theta0 = lrvb.pack(st.eta1, 0.5 * (st.prec + st.prec.T))
-        start = float(lrvb.relative_change(theta0, sweep(theta0)))
+        start = lrvb.relative_change(theta0, sweep(theta0))
         plain = lrvb.polish(sweep, theta0, 500, tol=1e-13)[0]
         plain_steps = lrvb.polish(sweep, theta0, 500, tol=sbsvm_response.POLISH_TOL)[1]
         theta, sweeps, residual = sbsvm_response._polish(*args, theta0, 500)
@@ -400,10 +401,17 @@ def test_the_polish_steps_the_mean_by_newton_with_the_sweeps_own_jacobian(monkey
             sweep(sbsvm_response._unwhiten(phi.at[:m].set(x), ref)), ref)[:m])(phi[:m])
         G_xx = sbsvm_response._sweep(*args, plain, mean_block=True)[1]
         again = sbsvm_response._polish(*args, theta0, 0)
-        measured = float(lrvb.relative_change(theta, sweep(theta)))
-        distance = float(lrvb.relative_change(plain, theta))
-        back = np.asarray(sbsvm_response._unwhiten(phi, ref))
-    plain, J, G_xx = np.asarray(plain), np.asarray(J), np.asarray(G_xx)
+        measured = lrvb.relative_change(theta, sweep(theta))
+        distance = lrvb.relative_change(plain, theta)
+        back = sbsvm_response._unwhiten(phi, ref)
+        return (start, plain, plain_steps, theta, sweeps, residual, J, G_xx, again, measured,
+                distance, back)
+
+    with jax.enable_x64(True):
+        theta0 = lrvb.pack(st.eta1, 0.5 * (st.prec + st.prec.T))
+        (start, plain, plain_steps, theta, sweeps, residual, J, G_xx, again, measured, distance,
+         back) = jax.tree.map(np.asarray, check(st.params, st.Z, st.chol_Kmm, data, theta0))
+    start, measured, distance = float(start), float(measured), float(distance)
     np.testing.assert_allclose(back, plain, rtol=1e-12, atol=1e-12 * np.abs(plain).max())
     np.testing.assert_allclose(J, G_xx, atol=1e-10 * np.abs(G_xx).max())
     assert 0.3 < np.linalg.eigvalsh(G_xx).max() < 1.0  # slow modes to precondition

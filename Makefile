@@ -3,7 +3,9 @@
 # ppl_bsvm with its dependencies; a stamp file makes later runs skip the install. pip
 # byte-compiles what it installs one file after another (22 of the install's 34 s on a 2-core
 # machine); compileall does the same on every core afterwards (13 s), and a failure there only
-# leaves a module to be compiled when it is first imported.
+# leaves a module to be compiled when it is first imported. The packages' own test suites and
+# pip, which nothing here imports, are left out: 6,074 of 9,158 files, 22 s instead of 29 s on
+# the slower 2-core machine of December 2026.
 
 VENV    := .venv
 PY      := $(VENV)/bin/python
@@ -31,7 +33,8 @@ $(STAMP): pyproject.toml scripts/find_python.sh
 	fi; \
 	$(PY) -m pip install --quiet --upgrade pip; \
 	$(PY) -m pip install --quiet --no-compile -e ".[test]"; \
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true; \
+	$(PY) -m compileall -q -j 0 -x '/tests?/|/site-packages/pip/' \
+	    "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true; \
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -111,8 +111,9 @@ the subsample keeps. 1e-3 (3 sweeps at 10^5) moved the sds of ``u`` by 6.1e-3.""
 POLISH_SWEEPS = 10
 """Sweeps of the polish the estimate counts (:func:`response_flops`): from S-BSVM's default
 stopping point on the ``susy`` generator (10^4-10^6 points, m = 16-128) :func:`_polish` took
-5-8 to ``lrvb.RESIDUAL_TOL``, the first included (4 to :data:`SAMPLED_POLISH_TOL` at 10^5 and
-10^6 points, m = 64; 6-10 to :data:`POLISH_TOL`; Anderson
+5-8 to ``lrvb.RESIDUAL_TOL``, the first included (4 to :data:`SAMPLED_POLISH_TOL` at 10^5
+points, m = 64, 3 at 10^6 with the coupling of :func:`coupling_rows`; 6-10 to
+:data:`POLISH_TOL`; Anderson
 with plain steps took 16-18 to 1e-8 and one more for the residual; plain sweeps 57-185 to
 1e-11)."""
 

@@ -457,10 +457,11 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float 
     ``theta`` (one pass of ``m^3 / 2`` a row, :func:`_coupling`) is Newton's for the whole
     sweep but for ``G_qq``. On the ``susy`` generator (m = 64, 10^6 points) from SVI's state,
     steps with a fixed Jacobian, no Anderson: residuals 1.6e-2, 1.2e-3, 2.0e-4, 3.7e-5 after
-    each step with ``G_xx`` alone, 6.0e-4, 5.8e-5 with ``B_0`` from ``4 P`` rows (0.4 s), 4.1e-4
-    and 1.5e-5 from ``16 P`` (0.7 s); with ``B_0`` over every row (10^5 points) 1.9e-4, 5.7e-7,
-    8.2e-9 (quadratic). A sweep over 10^6 rows takes 1.4 s, so the pass pays where it spares
-    a sweep over many rows, not at 10^5 (a sweep 0.15 s).
+    each step with ``G_xx`` alone, 6.0e-4, 5.8e-5 with ``B_0`` from ``4 P`` rows, 4.1e-4 and
+    1.5e-5 from ``16 P`` (``G_xx`` from those rows too stalled near 1.6e-4: it stays the first
+    sweep's, over every row); with ``B_0`` over every row (10^5 points) 1.9e-4, 5.7e-7, 8.2e-9
+    (quadratic). A sweep over 10^6 rows takes 1.4 s, the pass over ``4 P`` rows 0.1 s, so it
+    pays where it spares a sweep over many rows (:data:`COUPLING_RATIO`).
     """
     m = Z.shape[0]
     if max_iter == 0:  # the residual alone: a plain sweep, no G_xx
@@ -574,10 +575,9 @@ def _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, order, sample, ch
     ``(chunks, fetch)`` pair for the full sum (``order`` None: chunks of ``chunk`` own rows,
     padding weighted 0) or two for the halves ``A`` and ``B`` of ``sample`` rows (traced, a
     multiple of ``2 chunk``), the first in ``order`` (:func:`_subsample`), each weighted
-    ``n / (sample / 2)`` (:func:`_sampled_pass`); ``fetch(i)`` gives chunk ``i``'s ``(W, r,
-    g)``. ``probes``:
-    ``P_L^{-1} psi_i`` and ``ktilde_i`` of the first chunk of the subsample
-    (:func:`_sampled_pass`), ``None`` for the full sum."""
+    ``n / (sample / 2)`` (:func:`_sampled_pass`); ``fetch(i)`` gives chunk ``i``'s
+    ``(W, r, g)``. ``probes``: ``P_L^{-1} psi_i`` and ``ktilde_i`` of the first chunk of the
+    subsample (:func:`_sampled_pass`), ``None`` for the full sum."""
     S = cov_factor(chol_P)
 
     def stats(Xc, yc, weight):
@@ -830,8 +830,9 @@ COUPLING_P = 4
 COUPLING_RATIO = 32
 """The polish couples where the data have at least this many times the coupling's rows: its
 pass (``m^3 / 2`` a row over ``4 P`` rows, in single precision) then costs under half the
-sweep it spares (``O(m^2)`` a row over every row): measured 0.40 s against 1.4 s at 10^6
-points, 0.19 s against 0.15 s at 10^5 (m = 64), where it would not pay."""
+sweep it spares (``O(m^2)`` a row over every row): measured (m = 64) 0.1 s against 1.4 s at
+10^6 points (0.4 s with the rows' random order, a sort the response's sums need anyway), and
+at 10^5 points 0.19 s with the sort against a sweep of 0.15 s, where it would not pay."""
 
 
 def coupling_rows(n: int, m: int, chunk: int) -> int:

@@ -147,6 +147,8 @@ __all__ = [
     "SchurSums",
     "schur_init",
     "schur_add",
+    "vechs",
+    "unvechs",
     "vechs_rows",
     "quad_operand",
     "quad_apply_add",
@@ -441,11 +443,8 @@ def moments_init(p: int, dtype) -> SitesMoments:
 def _mean_blocks(by_first, W, r, g):
     """The chunk's ``G_{qx} (Pq, p)`` and ``G_{xx} (p, p)`` from its products ``w_a w_b``
     (``by_first (Pq, rows)``, pairs ``a <= b`` ordered by ``a``)."""
-    p = W.shape[1]
-    i, j = np.triu_indices(p)
-    # constants in W's precision (a numpy float64 would promote single-precision rows)
-    scale = np.where(i == j, 1.0, np.sqrt(2.0))[:, None].astype(W.dtype)
-    quad_lin = _nt(scale * by_first * (2.0**0.5 * g * r), W.T)
+    quad_lin = _nt(_vechs_scale(W.shape[1], W.dtype)[:, None] * by_first * (2.0**0.5 * g * r),
+                   W.T)
     return quad_lin, 2.0 * (W.T * (g * r * r)) @ W
 
 
@@ -543,22 +542,41 @@ def schur_add(acc: SchurSums, W, r, g) -> SchurSums:
     return SchurSums(acc.quad_lin + quad_lin, acc.lin + lin, acc.bound + bound)
 
 
+def _vechs_scale(p: int, dtype):
+    """``vechs``'s weights on the pairs ``a <= b`` ordered by ``a``: 1 on the diagonal,
+    ``sqrt(2)`` off it, in ``dtype`` (a numpy float64 would promote single-precision rows)."""
+    i, j = np.triu_indices(p)
+    return np.where(i == j, 1.0, np.sqrt(2.0)).astype(dtype)
+
+
+def vechs(Y):
+    """``vechs`` of a symmetric ``Y (p, p)``: its pairs ``a <= b`` ordered by ``a``,
+    off-diagonal entries times ``sqrt(2)`` (so that ``vechs(A)^T vechs(B) = tr(A B)``)."""
+    i, j = np.triu_indices(Y.shape[-1])
+    return Y[..., i, j] * _vechs_scale(Y.shape[-1], Y.dtype)
+
+
+def unvechs(q):
+    """Inverse of :func:`vechs` over the last axis of ``q (..., Pq)``: ``(..., p, p)``."""
+    p = int(round((np.sqrt(8 * q.shape[-1] + 1) - 1) / 2))
+    i, j = np.triu_indices(p)
+    U = jnp.zeros(q.shape[:-1] + (p, p), q.dtype).at[..., i, j].set(
+        q / _vechs_scale(p, q.dtype))
+    return U + jnp.swapaxes(U, -1, -2) - U * jnp.eye(p, dtype=q.dtype)
+
+
 def vechs_rows(W):
     """``vechs(w_i w_i^T)`` for each row of ``W (b, p)``: ``(b, Pq)``, pairs ``a <= b``
     ordered by ``a``, off-diagonal products times ``sqrt(2)``."""
     i, j = np.triu_indices(W.shape[1])
-    return W[:, i] * W[:, j] * np.where(i == j, 1.0, np.sqrt(2.0)).astype(W.dtype)
+    return W[:, i] * W[:, j] * _vechs_scale(W.shape[1], W.dtype)
 
 
 def quad_operand(B):
-    """The columns of ``B (Pq, k)`` as symmetric ``p x p`` matrices ``V_j`` (inverse of
-    ``vechs``), laid out ``(p, k p)`` for :func:`quad_apply_add`'s product."""
-    Pq, k = B.shape
-    p = int(round((np.sqrt(8 * Pq + 1) - 1) / 2))
-    i, j = np.triu_indices(p)
-    V = jnp.zeros((k, p, p), B.dtype).at[:, i, j].set(
-        B.T * np.where(i == j, 1.0, 1.0 / np.sqrt(2.0)).astype(B.dtype))
-    V = V + jnp.swapaxes(V, 1, 2) - V * jnp.eye(p, dtype=B.dtype)
+    """The columns of ``B (Pq, k)`` as symmetric ``p x p`` matrices ``V_j`` (:func:`unvechs`),
+    laid out ``(p, k p)`` for :func:`quad_apply_add`'s product."""
+    V = unvechs(B.T)
+    k, p = V.shape[:2]
     return jnp.transpose(V, (1, 0, 2)).reshape(p, k * p)
 
 

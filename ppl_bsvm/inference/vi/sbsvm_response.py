@@ -360,21 +360,6 @@ class _Newton(NamedTuple):
     coupling: jnp.ndarray
 
 
-def _vechs(Y):
-    """``vechs`` of a symmetric ``Y``: its upper triangle by rows, off-diagonal entries times
-    ``sqrt(2)`` (``lrvb.vechs_rows``'s order and scaling)."""
-    i, j = np.triu_indices(Y.shape[0])
-    return Y[i, j] * np.where(i == j, 1.0, np.sqrt(2.0)).astype(Y.dtype)
-
-
-def _unvechs(q, m: int):
-    """Inverse of :func:`_vechs`."""
-    i, j = np.triu_indices(m)
-    U = jnp.zeros((m, m), q.dtype).at[i, j].set(
-        q * np.where(i == j, 1.0, 1.0 / np.sqrt(2.0)).astype(q.dtype))
-    return U + U.T - jnp.diag(jnp.diag(U))
-
-
 def _preconditioned(phi, image, newton: _Newton):
     r"""The polish's step from ``phi`` given the sweep's image (both whitened, packed): Newton's
     step ``(I - G) delta = r`` for the Jacobian ``G = [[G_qq, B_0], [B_0^T, G_xx]]`` with
@@ -389,11 +374,11 @@ def _preconditioned(phi, image, newton: _Newton):
     kept (a plain step)."""
     m = newton.chol.shape[0]
     x, Y = lrvb.unpack(image - phi, m)
-    r_q, r_x = _vechs(Y), -np.sqrt(2.0) * x
+    r_q, r_x = lrvb.vechs(Y), -np.sqrt(2.0) * x
     B = newton.coupling
     d_x = cho_solve((newton.chol, True), r_x + B.T @ r_q)
     d_q = r_q + B @ d_x
-    return phi + lrvb.pack(d_x / -np.sqrt(2.0), _unvechs(d_q, m))
+    return phi + lrvb.pack(d_x / -np.sqrt(2.0), lrvb.unvechs(d_q))
 
 
 def _newton(G_xx, coupling):
@@ -418,9 +403,7 @@ def _coupling(kernel, params, Z, chol_Kmm, data, theta, order, rows, chunk: int)
     m = Z.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     sets, _ = _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, order, rows, chunk)
-    add = functools.partial(lrvb.in_single, lrvb.schur_add)
-    sums, _ = _halves([_over(rs, add, lrvb.schur_init(m, theta.dtype)) for rs in sets])
-    return sums.quad_lin
+    return _schur_sums(sets, order, m, theta.dtype)[0].quad_lin
 
 
 def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float = POLISH_TOL,
@@ -615,6 +598,19 @@ def _over(row_set, add, init):
     return jax.lax.fori_loop(0, count, lambda i, acc: add(acc, *fetch(i)), init)
 
 
+def _precise(add, order):
+    """``add`` for a row set: a subsample's products (``order`` given) in single precision
+    (``lrvb.in_single``), the full sum's in double."""
+    return functools.partial(lrvb.in_single, add) if order is not None else add
+
+
+def _schur_sums(sets, order, m: int, dtype):
+    """``lrvb.SchurSums`` over the row sets (:func:`_row_sets`): their estimate and half the
+    halves' difference (:func:`_halves`)."""
+    return _halves([_over(rs, _precise(lrvb.schur_add, order), lrvb.schur_init(m, dtype))
+                    for rs in sets])
+
+
 def _halves(parts):
     """The estimate (mean of the sets' sums) and half their difference (0 for one set)."""
     mean = jax.tree.map(lambda *a: sum(a) / len(a), *parts)
@@ -674,13 +670,7 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, order, sample, chunk:
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     sets, probes = _row_sets(kernel, params, Z, chol_Kmm, data, mean, chol_P, order, sample,
                              chunk)
-
-    def precise(add):
-        # a subsample's products in single precision (as _sampled_pass's), the full sum's double
-        return functools.partial(lrvb.in_single, add) if order is not None else add
-
-    sums, dsums = _halves([_over(rs, precise(lrvb.schur_add), lrvb.schur_init(m, theta.dtype))
-                           for rs in sets])
+    sums, dsums = _schur_sums(sets, order, m, theta.dtype)
     lam = lrvb.quad_norm_bound(sums)
     B0 = sums.quad_lin
     M0 = B0.T @ B0
@@ -693,7 +683,7 @@ def _series_pass(kernel, params, Z, chol_Kmm, data, theta, order, sample, chunk:
     def step(st: _Series) -> _Series:
         operand = lrvb.quad_operand(st.B).astype(jnp.float32 if order is not None
                                                  else st.B.dtype)
-        apply = precise(lambda acc, W, r, g: lrvb.quad_apply_add(acc, W, g, operand))
+        apply = _precise(lambda acc, W, r, g: lrvb.quad_apply_add(acc, W, g, operand), order)
         B, dB = _halves([_over(rs, apply, jnp.zeros_like(st.B)) for rs in sets])
         S = st.S + st.B.T @ B + B.T @ B
         passes = st.passes + 1

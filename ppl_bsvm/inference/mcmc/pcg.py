@@ -306,7 +306,11 @@ def solve(pre: Preconditioner, K, noise, b, tol: float = TOL, max_iter: int = MA
     ``while_loop``.
     """
     g = 1.0 / (noise + pre.c)
-    M = jnp.eye(pre.W.shape[1], dtype=K.dtype) + pre.W.T @ (g[:, None] * pre.W)
+    # W^T G W as A^T A, A = G^{1/2} W: XLA's CPU backend forms the product of a matrix with
+    # itself in about three quarters of the time of W^T (G W) (69 against 92 ms for 4 chains
+    # at n = 10^4, r = 208), the largest of a sweep's costs after the products with K
+    A = jnp.sqrt(g)[:, None] * pre.W
+    M = jnp.eye(pre.W.shape[1], dtype=K.dtype) + A.T @ A
     L = jax.lax.linalg.cholesky(M, symmetrize_input=False)
 
     def apply_pinv(v):

@@ -21,7 +21,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .._common import GPData, LinearData
 from . import packed
-from .conditionals import LAM_FLOOR, draw_f, sample_beta, sample_lam
+from .conditionals import LAM_FLOOR, Whitened, draw_f, sample_beta, sample_lam
 from .line_moves import _MAX_LINE_TRIALS, _PROPOSALS, _SPACING, sample_line, sample_scale
 
 __all__ = [
@@ -148,12 +148,14 @@ _FIT_DECAY = 0.95
 """Weight of the past in :attr:`LineMoves.place` (an effective memory of 20 sweeps)."""
 
 
-def _line_moves(key, value, white, margins, moves: LineMoves, gamma):
+def _line_moves(key, value, white, quad, margins, moves: LineMoves, gamma):
     """One exact draw along each direction in turn (:func:`sample_line`); returns the new
-    value, its whitened coordinates and margins, the proposals used, the number of failed
-    moves and the moves with the statistics that place the next grids (``place``). Where a
-    grid starts changes the cost of a draw, never its law, so adapting them keeps the sweep
-    exact.
+    value, its whitened coordinates' explicit part (:attr:`GibbsState.white`), prior
+    quadratic form and margins, the proposals used, the number of failed moves and the moves
+    with the statistics that place the next grids (``place``). Where a grid starts changes
+    the cost of a draw, never its law, so adapting them keeps the sweep exact. A move by
+    ``t v`` changes the quadratic form by ``2 t b + t^2 a``, ``b = z^T P v`` and ``a = v^T P
+    v``, which the line's density needs anyway.
 
     A loop over the direction's index, not a ``scan`` over the directions: with the chains
     vectorised, ``scan`` would transpose every ``(chains, k, n)`` array of the moves to put
@@ -164,7 +166,7 @@ def _line_moves(key, value, white, margins, moves: LineMoves, gamma):
     uniforms = random.uniform(keys[k], (k, 3, _PROPOSALS), value.dtype)  # first rounds, in bulk
 
     def move(j, carry):
-        value, white, margins, used, failed, place = carry
+        value, white, quad, margins, used, failed, place = carry
         b, u = value @ moves.PU[j]
         predicted = moves.center[j] - u
         tp, pp, width = place[j]
@@ -173,13 +175,14 @@ def _line_moves(key, value, white, margins, moves: LineMoves, gamma):
                                        rho * predicted, width, uniforms[j])
         place = place.at[j].set(jnp.stack([_FIT_DECAY * tp + t * predicted,
                                            _FIT_DECAY * pp + predicted**2, width]))
-        return (value + t * moves.V[j], white + t * moves.white[j], margins + t * moves.dm[j],
+        return (value + t * moves.V[j], white + t * moves.white[j],
+                quad + t * (2.0 * b + t * moves.a[j]), margins + t * moves.dm[j],
                 used + trials, failed + (trials > _MAX_LINE_TRIALS).astype(jnp.int32), place)
 
     zero = jnp.zeros((), jnp.int32)
-    value, white, margins, used, failed, place = jax.lax.fori_loop(
-        0, k, move, (value, white, margins, zero, zero, moves.place))
-    return value, white, margins, used, failed, moves._replace(place=place)
+    value, white, quad, margins, used, failed, place = jax.lax.fori_loop(
+        0, k, move, (value, white, quad, margins, zero, zero, moves.place))
+    return value, white, quad, margins, used, failed, moves._replace(place=place)
 
 
 def _accumulate(moves: LineMoves, value) -> LineMoves:
@@ -311,11 +314,16 @@ class GibbsState(NamedTuple):
         ``y_i f_i`` at ``z`` (``Z beta`` for the linear model).
     quad : ()
         Prior quadratic form at ``z``: ``beta^T beta / prior_scale^2`` or ``f^T K^-1 f``,
-        ``|white|^2``.
+        ``|w|^2`` for the whitened coordinates ``w`` below.
     white : (d,)
-        ``z`` in the prior's whitened coordinates: ``beta / prior_scale``, or ``L^{-1} f``
-        (``K = L L^T``) carried through the sweep's moves rather than solved for, since a
-        triangular solve with ``L`` costs as much as a dozen products with ``K`` (:func:`_full`).
+        ``z`` in the prior's whitened coordinates ``w``: ``beta / prior_scale``; for the GP
+        ``L^{-1} f`` (``K = L L^T``) less ``L^T pending``, carried through the sweep's moves
+        rather than solved for, since a triangular solve with ``L`` costs as much as a dozen
+        products with ``K`` (:func:`_full`).
+    pending : (d,)
+        The GP: the part of ``w`` not yet multiplied by ``L^T``, ``w = white + L^T pending``
+        (:class:`~ppl_bsvm.inference.mcmc.conditionals.Whitened`); zeros for the linear
+        model.
     lp : ()
         Log marginal posterior density of ``z`` up to a constant,
         ``-quad / 2 - 2 gamma sum_i max(0, 1 - margins_i)`` (a trace to watch).
@@ -349,6 +357,7 @@ class GibbsState(NamedTuple):
     margins: jnp.ndarray
     quad: jnp.ndarray
     white: jnp.ndarray
+    pending: jnp.ndarray
     lp: jnp.ndarray
     scale: jnp.ndarray
     scale_trials: jnp.ndarray
@@ -426,17 +435,18 @@ def gibbs_step(
     """
     k_scale, k_lam, k_z = random.split(key, 3)
     (value,) = state.z.values()
-    margins, white = state.margins, state.white
+    margins, white, pending, quad = state.margins, state.white, state.pending, state.quad
     scale_width, moves = state.scale_width, state.moves
     if scale_step:
-        c, trials, scale_width = sample_scale(k_scale, state.quad, margins, value.shape[0],
+        c, trials, scale_width = sample_scale(k_scale, quad, margins, value.shape[0],
                                               data.gamma, scale_width)
-        value, margins, white = c * value, c * margins, c * white
+        value, margins, white, pending, quad = (c * value, c * margins, c * white, c * pending,
+                                                c**2 * quad)
     else:
         c, trials = jnp.ones_like(state.lp), jnp.zeros((), jnp.int32)
     if line_moves:  # a key of its own, so that sweeps without line moves keep their stream
-        value, white, margins, line_trials, line_failed, moves = _line_moves(
-            random.fold_in(k_scale, 1), value, white, margins, moves, data.gamma
+        value, white, quad, margins, line_trials, line_failed, moves = _line_moves(
+            random.fold_in(k_scale, 1), value, white, quad, margins, moves, data.gamma
         )
     else:
         line_trials = line_failed = jnp.zeros((), jnp.int32)
@@ -447,41 +457,45 @@ def gibbs_step(
         return _collapsed(k_lam, state, data, value, draw_lam)
 
     def end_full(state):
-        return _full(k_lam, k_z, state, data, value, white, margins, overrelax)
+        return _full(k_lam, k_z, state, data, value, Whitened(white, pending, quad), margins,
+                     overrelax)
 
     if isinstance(collapsed, bool):
         return end_collapsed(state) if collapsed else end_full(state)
     return jax.lax.cond(collapsed, end_collapsed, end_full, state)
 
 
-def _full(k_lam, k_z, state: GibbsState, data, value, white, margins,
+def _full(k_lam, k_z, state: GibbsState, data, value, white: Whitened, margins,
           overrelax) -> GibbsState:
     """The end of a full sweep: ``lam | z`` at the moved ``value`` (whose whitened
-    coordinates ``white`` and ``margins`` are given), then ``z | lam``.
+    coordinates and quadratic form ``white`` and ``margins`` are given), then ``z | lam``.
 
-    The GP's new ``f`` comes with its whitened coordinates from the draw (``draw_f``), with
-    no triangular solve: a solve with ``L`` and 4 right-hand sides took 380 ms at ``n =
-    10^4``, a quarter of the sweep, where the product with ``L^T`` that replaces it takes
-    45 ms. Carried through the scale step (a factor), the line moves (``t L^{-1} v``) and
-    Adler's move (``alpha w``, ``|alpha| < 1``), their rounding does not accumulate: each
-    draw shrinks the error it inherits by ``|alpha|`` (``tests/inference/mcmc/test_mcmc.py``
-    checks ``|white|^2`` against ``f^T K^-1 f`` after a run)."""
+    The GP's new ``f`` comes with its whitened coordinates and quadratic form from the draw
+    (``draw_f``), with no triangular solve (one with ``L`` and 4 right-hand sides took 380 ms
+    at ``n = 10^4``, a quarter of the sweep) and no product with ``L^T`` (94 ms). Carried
+    through the scale step (a factor), the line moves (``t L^{-1} v``, and ``2 t b + t^2 a``
+    for the quadratic form) and Adler's move (``alpha``, ``|alpha| < 1``), their rounding does
+    not accumulate: each draw shrinks the error it inherits by ``|alpha|``
+    (``tests/inference/mcmc/test_mcmc.py`` checks ``white + L^T pending`` against ``L^{-1} f``
+    and ``quad`` against ``f^T K^-1 f`` after a run)."""
     lam, n_floored = _floored_lam(k_lam, margins, data.gamma)
     if isinstance(data, LinearData):
         z = {"beta": sample_beta(
             k_z, lam, data.Z, data.prior_scale, data.gamma, value, overrelax, data.rows
         )}
         cg_iters = cg_fallback = jnp.zeros((), jnp.int32)
-        white = _white(z, data)
+        explicit, pending = _white(z, data), state.pending
+        quad = jnp.sum(explicit**2)
     else:
         draw = draw_f(k_z, lam, data.K, data.chol_K, data.y, data.gamma, value, overrelax,
                       data.pcg, white)
         z, cg_iters, cg_fallback = {"f": draw.f}, draw.cg_iters, draw.cg_fallback
-        white = draw.white
-    quad, margins = jnp.sum(white**2), _margins(z, data)
+        explicit, pending, quad = draw.white
+    margins = _margins(z, data)
     lp = _lp(quad, margins, data.gamma)
-    return state._replace(z=z, lam=lam, margins=margins, quad=quad, white=white, lp=lp,
-                          n_floored=n_floored, cg_iters=cg_iters, cg_fallback=cg_fallback)
+    return state._replace(z=z, lam=lam, margins=margins, quad=quad, white=explicit,
+                          pending=pending, lp=lp, n_floored=n_floored, cg_iters=cg_iters,
+                          cg_fallback=cg_fallback)
 
 
 def _floored_lam(key, margins, gamma):
@@ -502,7 +516,8 @@ def _collapsed(key, state: GibbsState, data, value, draw_lam: bool) -> GibbsStat
         lam, n_floored = state.lam, jnp.zeros((), jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     return state._replace(z=z, lam=lam, margins=margins, quad=quad, white=white,
-                          lp=_lp(quad, margins, data.gamma), n_floored=n_floored,
+                          pending=jnp.zeros_like(white), lp=_lp(quad, margins, data.gamma),
+                          n_floored=n_floored,
                           cg_iters=zero, cg_fallback=zero)
 
 
@@ -525,6 +540,7 @@ def init_state(key, data, z=None, directions=0) -> GibbsState:
     dim = next(iter(z.values())).shape[0]
     width = _SPACING * jax.lax.rsqrt(jnp.maximum(dim - 1 + quad, 1e-12))  # the smooth part's sd
     return GibbsState(
-        z, jnp.ones_like(margins), margins, quad, white, lp, jnp.ones_like(lp), int0, width,
+        z, jnp.ones_like(margins), margins, quad, white, jnp.zeros_like(white), lp,
+        jnp.ones_like(lp), int0, width,
         int0, int0, int0, int0, int0, line_moves_init(data, directions), int0, key,
     )

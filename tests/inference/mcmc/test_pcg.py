@@ -159,26 +159,41 @@ def _reference_draw(key, lam, K, L, y, gamma, prev, overrelax):
     return f, np.linalg.norm(A, 2) * np.linalg.norm(x) + np.linalg.norm(b)
 
 
-def _check_whitened(key, draw, K, L):
-    """The plain draw's whitened coordinates ``w = xi + L^T x`` and quadratic form ``|w|^2``,
-    computed without a solve with ``K``: ``L w`` is ``f`` to rounding, so ``|w|^2`` is ``f^T
-    K^-1 f`` of a draw within rounding of ``f``. (Comparing ``|w|^2`` with ``f^T K^-1 f``
-    itself amplifies those roundings by ``||L^-1||``, up to 1e3 here: 1.07e-9 relative on an
-    AMD EPYC, against the 1e-9 that earlier machines had met.) ``f = L xi + K x`` is summed with ``|f - fl(f)| <= n u (|L|
-    |xi| + |K| |x|)``, ``w`` with ``n u |L^T| |x|``, and ``K = L L^T + E``, ``|E| <= n u |L|
-    |L^T|`` (Higham, Accuracy and Stability, eqs. 3.11 and 10.5), so ``|L w - f|`` is at most
-    ``n u`` times ``|L| |xi| + |K| |x| + 2 |L| |L^T| |x|``, elementwise, to first order."""
+def _check_whitened(key, draw, K, L, prev=None, overrelax=0.0):
+    """The draw's whitened coordinates ``w = explicit + L^T pending`` and quadratic form,
+    computed without a solve with ``K`` and without a product with ``L^T``
+    (:class:`conditionals.Whitened`): ``L w`` is ``f`` to rounding, and ``quad`` is ``|w|^2``
+    to rounding. Plain draw: ``w = xi + L^T x``; Adler's, from ``prev`` with ``w_prev =
+    L^{-1} prev`` (solved here, to its own rounding): ``w = alpha w_prev + beta xi + L^T x``.
+    (Comparing ``|w|^2`` with ``f^T K^-1 f`` itself would amplify those roundings by ``||L^-1||``,
+    up to 1e3 here.) Each sum of ``n`` products is off by at most ``n u`` times the sum of
+    their absolute values, and ``K = L L^T + E``, ``|E| <= n u |L| |L^T|`` (Higham, Accuracy
+    and Stability, eqs. 3.11 and 10.5). So, to first order, ``|L w - f|`` is at most ``n u``
+    times ``|alpha| 2 |L| |w_prev| + beta |L| |xi| + |K| |x| + 2 |L| |L^T| |x|`` elementwise,
+    and ``|quad - |w|^2|`` (``quad = alpha^2 |w_prev|^2 + beta^2 |xi|^2 + x^T K x + 2 alpha
+    beta w_prev^T xi + 2 alpha prev^T x + 2 beta f_0^T x``) at most ``n u`` times the sum of
+    the absolute values of those terms, of ``|x|^T |L| |L^T| |x|`` (``E``), of ``2 |x|^T (|L|
+    |w_prev| + |L| |xi|)`` (``f_0`` and ``prev`` against ``L w``) and of ``|w|^T |w|``."""
     n = K.shape[0]
+    u = n * np.finfo(float).eps
+    alpha, beta = overrelax, np.sqrt(1.0 - overrelax**2)
     xi = np.asarray(standard_normal(key, (2, n), jnp.float64))[0]
-    f, w = np.asarray(draw.f), np.asarray(draw.white)
-    x = np.linalg.solve(K, f - L @ xi)  # only its magnitude enters the bound
-    absL = np.abs(L)
-    bound = n * np.finfo(float).eps * (absL @ np.abs(xi) + np.abs(K) @ np.abs(x)
-                                       + 2 * absL @ (absL.T @ np.abs(x)))
+    f = np.asarray(draw.f)
+    w = np.asarray(draw.white.full(jnp.asarray(L)))
+    w_prev = np.zeros(n) if prev is None else np.linalg.solve(L, prev)
+    f0 = L @ xi
+    base = alpha * (L @ w_prev) + beta * f0
+    x = np.linalg.solve(K, f - base)  # only its magnitude enters the bounds
+    absL, ax, axi, aw = np.abs(L), np.abs(x), np.abs(xi), np.abs(w_prev)
+    bound = u * (abs(alpha) * 2 * absL @ aw + beta * absL @ axi + np.abs(K) @ ax
+                 + 2 * absL @ (absL.T @ ax))
     wide = np.longdouble
     residual = (L.astype(wide) @ w.astype(wide) - f.astype(wide)).astype(float)
     assert np.all(np.abs(residual) <= bound)
-    assert float(draw.quad) == pytest.approx(w @ w, rel=n * np.finfo(float).eps)
+    terms = (alpha**2 * aw @ aw + beta**2 * axi @ axi + ax @ (np.abs(K) @ ax)
+             + 2 * abs(alpha) * beta * aw @ axi + 2 * ax @ (absL @ (abs(alpha) * aw + beta * axi))
+             + (absL.T @ ax) @ (absL.T @ ax) + 2 * ax @ (absL @ (aw + axi)) + w @ w)
+    assert abs(float(draw.white.quad) - w @ w) <= u * terms
 
 
 @pytest.mark.parametrize("overrelax", [0.0, -0.9])
@@ -197,19 +212,19 @@ def test_cg_draw_is_the_dense_draw(case, overrelax):
     L = jnp.linalg.cholesky(jnp.asarray(K))
     args = (jnp.asarray(lam), jnp.asarray(K), L, jnp.asarray(y), gamma, jnp.asarray(prev),
             overrelax)
+    w_prev = np.linalg.solve(np.asarray(L), prev)
+    white = conditionals.Whitened(jnp.asarray(w_prev), jnp.zeros(n), jnp.asarray(w_prev @ w_prev))
     for seed in range(3):
         key = jax.random.key(seed)
-        by_cg = conditionals.draw_f(key, *args, pre)
-        by_chol = conditionals.draw_f(key, *args, None)
+        by_cg = conditionals.draw_f(key, *args, pre, white)
+        by_chol = conditionals.draw_f(key, *args, None, white)
         assert int(by_cg.cg_fallback) == 0 and int(by_cg.cg_iters) > 0
         assert int(by_chol.cg_iters) == 0
         reference, scale = _reference_draw(key, lam, K, L, y, gamma, prev, overrelax)
         for draw in (by_cg, by_chol):
             assert np.linalg.norm(np.asarray(draw.f) - reference) <= ACCURACY * scale
-            if overrelax == 0:
-                _check_whitened(key, draw, K, np.asarray(L))
-            else:
-                assert draw.quad is None
+            _check_whitened(key, draw, K, np.asarray(L), prev, overrelax)
+        assert conditionals.draw_f(key, *args, pre).white is None or overrelax == 0
 
 
 def test_failed_solves_fall_back_chain_by_chain(monkeypatch):

@@ -327,10 +327,11 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
     }
 
 
-def scale(n: int, warmup: int, draws: int) -> dict:
+def scale(n: int, warmup: int, draws: int, overrelax: float | None = None) -> dict:
     """GP Gibbs alone at ``n`` points, a short run (``--scale``): its set-up, time per sweep
     and peak memory, with the library's memory estimate, where a reference run to
-    :data:`ESS_TARGET` would take hours."""
+    :data:`ESS_TARGET` would take hours. ``overrelax``: Adler's coefficient, None for the
+    library's default."""
     import ppl_bsvm
     from ppl_bsvm.inference.mcmc import packed
     from ppl_bsvm.inference.mcmc.gibbs import _gibbs_gp_bytes
@@ -341,7 +342,8 @@ def scale(n: int, warmup: int, draws: int) -> dict:
     t0 = time.perf_counter()
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, seed=0,
                        num_chains=CHAINS, num_warmup=warmup, num_samples=draws,
-                       max_predictive_draws=CHAINS * draws, progress_bar=False)
+                       max_predictive_draws=CHAINS * draws, progress_bar=False,
+                       **({} if overrelax is None else {"overrelax": overrelax}))
     wall = time.perf_counter() - t0
     peak = peak_rss_mb()  # the predictor's kriging below holds more than the fit did
     ess, rhat = _convergence(_predictive(fit, X_test)[0])
@@ -356,6 +358,7 @@ def scale(n: int, warmup: int, draws: int) -> dict:
         "cg_fallback": int(stats["cg_fallback"].sum()),
         "ess_bulk_min_f_test": float(ess.min()), "rhat_max_f_test": float(rhat.max()),
         "directions": fit.options["directions"], "packed": packed.worth_packing(n),
+        "overrelax": float(fit.options["overrelax"]),
         "peak_rss_mb_before": before, "peak_rss_mb": peak,
         "estimate_mb": _gibbs_gp_bytes(n, X.shape[1], options) / 2**20,
         "machine": machine_note(),
@@ -363,12 +366,13 @@ def scale(n: int, warmup: int, draws: int) -> dict:
 
 
 def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False,
-           reuse: bool = False, scaling: bool = False):
+           reuse: bool = False, scaling: bool = False, overrelax: float | None = None):
     cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
            "--warmup", str(warmup), "--draws", str(draws),
            "--m", *map(str, m_values), "--out", str(out)] + (["--nuts-child"] if nuts else [])
     cmd += ["--reuse"] if reuse else []
     cmd += ["--scale-child"] if scaling else []
+    cmd += [] if overrelax is None else ["--overrelax", str(overrelax)]
     subprocess.run(cmd, check=True)
 
 
@@ -382,7 +386,7 @@ def _fmt(x, spec=".3f"):
 
 
 def write_report(out: Path) -> None:
-    def runs(prefix):  # n*.json, nuts*.json, scale<n>_<warmup>_<draws>.json
+    def runs(prefix):  # n*.json, nuts*.json, scale<n>_<warmup>_<draws>[_<-1000 alpha>].json
         def key(p):
             return tuple(int(part) for part in p.stem[len(prefix):].split("_"))
 
@@ -465,15 +469,18 @@ def write_report(out: Path) -> None:
                   "chains' K dense, or its lower blocks (`mcmc.packed`: on the CPU from 2000 "
                   "points; runs recorded before the library packed it had it dense). Rows with 10 "
                   "directions ran before the chains learned them together within K's top "
-                  "eigenvectors (`sweep._learn_pooled`).", ""]
+                  "eigenvectors (`sweep._learn_pooled`). Overrelax: Adler's coefficient "
+                  "of the f draw (the library's default, -0.5, unless `--overrelax`).", ""]
         lines += [markdown_table(
-            ["n", "chains x (warmup + draws)", "directions", "K", "wall s", "set-up s",
+            ["n", "chains x (warmup + draws)", "directions", "overrelax", "K", "wall s",
+             "set-up s",
              "ms per sweep of 4 chains", "CG iterations per solve",
              "smallest bulk ESS, f at 500 test points", "per kept draw", "largest R-hat",
              "peak RSS GiB", "of it the fit's GiB", "estimate GiB", "lengthscale",
              "load average (1 / 5 / 15 min) at the end"],
             [[c["n"], f"{c['chains']} x ({c['warmup']} + {c['draws']})",
-              c.get("directions", 10), "lower blocks" if c.get("packed") else "dense",
+              c.get("directions", 10), _fmt(c.get("overrelax", -0.5), ".2f"),
+              "lower blocks" if c.get("packed") else "dense",
               _fmt(c["time_s"], ".0f"), _fmt(c["set_up_s"], ".0f"),
               _fmt(c["ms_per_sweep"], ".0f"), _fmt(c["cg_iters_mean"], ".1f"),
               _fmt(c.get("ess_bulk_min_f_test"), ".0f"),
@@ -552,14 +559,18 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=int, nargs="*", default=[],
                         help="sizes at which GP Gibbs alone runs --warmup + --draws sweeps "
                              "(time and memory; no candidates)")
+    parser.add_argument("--overrelax", type=float, default=None,
+                        help="Adler's coefficient of the --scale runs (default: the library's)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nuts-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None and args.scale_child:
-        result = scale(args.child, args.warmup, args.draws)
-        name = f"scale{args.child}_{args.warmup}_{args.draws}.json"  # a row per run's length
+        result = scale(args.child, args.warmup, args.draws, args.overrelax)
+        # a row per run's length (and coefficient, where not the default)
+        tail = "" if args.overrelax is None else f"_{round(-1000 * args.overrelax)}"
+        name = f"scale{args.child}_{args.warmup}_{args.draws}{tail}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
         return 0
     if args.child is not None:
@@ -577,7 +588,8 @@ def main(argv=None) -> int:
             _child(n, args.warmup, args.draws, args.m, args.out, nuts=True)
             write_report(args.out)
         for n in args.scale:
-            _child(n, args.warmup, args.draws, args.m, args.out, scaling=True)
+            _child(n, args.warmup, args.draws, args.m, args.out, scaling=True,
+                   overrelax=args.overrelax)
             write_report(args.out)
     write_report(args.out)
     print((args.out / "README.md").read_text())

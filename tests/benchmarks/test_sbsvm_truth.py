@@ -122,14 +122,22 @@ def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
         **scale, "n": 10000, "warmup": 200, "draws": 600, "directions": 32, "packed": True,
         "ess_bulk_min_f_test": 864.0, "rhat_max_f_test": 1.01016,
         "machine": "m, load average 1.36 / 1.77 / 1.80 (1 / 5 / 15 min) at the end"}))
+    # a run at another coefficient than the default: its own file and row
+    (tmp_path / "scale10000_200_600_900.json").write_text(json.dumps({
+        **scale, "n": 10000, "warmup": 200, "draws": 600, "directions": 32, "packed": True,
+        "overrelax": -0.9, "ess_bulk_min_f_test": 1200.0, "rhat_max_f_test": 1.0071,
+        "machine": "m, load average 1.36 / 1.77 / 1.80 (1 / 5 / 15 min) at the end"}))
     sbsvm_truth.write_report(tmp_path)
     text = (tmp_path / "README.md").read_text()
-    assert ("| 10000 | 4 x (200 + 600) | 32 | lower blocks | 400 | 100 | 3000 | 11.0 | 864 | "
-            "0.36 | 1.0102 | 14.00 | 13.50 | 13.00 | 8.000 | 1.36 / 1.77 / 1.80 |" in text)
+    # runs from before the coefficient was recorded ran at the default, -0.5
+    assert ("| 10000 | 4 x (200 + 600) | 32 | -0.50 | lower blocks | 400 | 100 | 3000 | 11.0 | "
+            "864 | 0.36 | 1.0102 | 14.00 | 13.50 | 13.00 | 8.000 | 1.36 / 1.77 / 1.80 |" in text)
+    assert ("| 10000 | 4 x (200 + 600) | 32 | -0.90 | lower blocks | 400 | 100 | 3000 | 11.0 | "
+            "1200 | 0.50 | 1.0071 |" in text)
     # R-hat to four decimals: three would show 1.010, the target's value, for 1.01016
     # a run from before K's storage was kept had it dense
-    assert ("| 20000 | 4 x (50 + 50) | 10 | dense | 400 | 100 | 3000 | 11.0 | - | - | - | 14.00 "
-            "| 13.50 | 13.00 | 8.000 | - |" in text)
+    assert ("| 20000 | 4 x (50 + 50) | 10 | -0.50 | dense | 400 | 100 | 3000 | 11.0 | - | - | - "
+            "| 14.00 | 13.50 | 13.00 | 8.000 | - |" in text)
     assert text.index("| 10000 | 4 x (200 + 600)") < text.index("| 20000 | 4 x (50 + 50)")
     assert "| 2000 | 4 x (500 + 1300) | 80 | 40 | 6.0 | 1012 | 1.004 | 990 |" in text
     assert "| 2000 | S-BSVM | 64 | LR | linear response | 1.000 |" in text

@@ -351,6 +351,7 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
     target = y * (1.0 + lam)
     plain = isinstance(overrelax, (int, float)) and overrelax == 0
     if plain:
+        shrink = None
         base, b = f0, target - f0_e
     else:
         shrink = jnp.sqrt(1.0 - overrelax**2)
@@ -363,19 +364,19 @@ def draw_f(key, lam, K, chol_K, y, gamma=1.0, prev=None, overrelax=0.0, pre=None
         x, Kx = _unless(cg.ok, lambda noise, b: _by_chain(K, noise, b), (cg.x, cg.Kx),
                         (noise, b))
         iters, fallback = cg.iters, ~cg.ok
-    white = _whitened(xi[0], f0, x, Kx, prev, overrelax, prev_white, plain)
+    white = _whitened(xi[0], f0, x, Kx, prev, overrelax, shrink, prev_white)
     return FDraw(base + Kx, jnp.asarray(iters, jnp.int32), jnp.asarray(fallback, jnp.int32),
                  white)
 
 
-def _whitened(xi, f0, x, Kx, prev, overrelax, prev_white, plain) -> Whitened | None:
-    """The draw's :class:`Whitened` (:func:`draw_f`'s doc), None when overrelaxed without the
+def _whitened(xi, f0, x, Kx, prev, alpha, beta, prev_white) -> Whitened | None:
+    """The draw's :class:`Whitened` (:func:`draw_f`'s doc) for Adler's coefficients ``alpha``
+    and ``beta = sqrt(1 - alpha^2)`` (None: the plain draw), None when overrelaxed without the
     previous draw's."""
-    if plain:
+    if beta is None:
         return Whitened(xi, x, xi @ xi + 2.0 * (f0 @ x) + x @ Kx)
     if prev_white is None:
         return None
-    alpha, beta = overrelax, jnp.sqrt(1.0 - overrelax**2)
     e, s, quad = prev_white
     cross = e @ xi + s @ f0
     quad = (alpha**2 * quad + beta**2 * (xi @ xi) + x @ Kx + 2.0 * alpha * beta * cross

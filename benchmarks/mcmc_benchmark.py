@@ -19,12 +19,12 @@ Samplers (through ``numpyro.infer.MCMC``; :data:`SAMPLERS`)
     the line moves along learned principal directions (all 21 for the linear model, 10 for
     the GP), then ``lam | z`` and ``z | lam`` in every sweep (``collapse=False``);
     ``gibbs (overrelaxed)``: the same with Adler's overrelaxation of the ``beta`` / ``f``
-    draw, coefficient :data:`OVERRELAX`; ``gibbs (half overrelaxed)`` (GP): coefficient -0.5,
-    the GP's default;
+    draw, coefficient :data:`OVERRELAX`; ``gibbs (half overrelaxed)`` (GP): coefficient -0.5;
     ``gibbs (collapsed)`` (linear model): full sweeps in warmup, then the scale step and the
     line moves along all 21 directions only (``collapse=True``, ``draw_lam=False``). The
     engines' defaults (``fit(..., method="gibbs")``) are the collapsed row for the linear
-    model and the half-overrelaxed row for the GP (column "default", :data:`DEFAULT_ROWS`);
+    model and for the GP the row of the coefficient its default chooses from ``K``'s
+    spectrum, here the overrelaxed one (column "default", :func:`default_row`);
     ``gibbs (no line moves)`` and ``gibbs (no line moves, overrelaxed)``: the sampler before
     the line moves (``directions=0``);
     ``gibbs (textbook)``: the two-block sampler of Polson & Scott, no scale step, no line moves;
@@ -70,8 +70,10 @@ from ppl_bsvm import datasets, models
 from ppl_bsvm._runtime import entry_point
 from ppl_bsvm.data import design_matrix
 from ppl_bsvm.inference.mcmc import BSVMGibbs, nuts_kernel
-from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
-from ppl_bsvm.kernels import RBF
+from ppl_bsvm.inference.mcmc import pcg
+from ppl_bsvm.inference.mcmc.gibbs_kernel import (GP_OVERRELAX, GP_STRONG_OVERRELAX,
+                                                  default_overrelax)
+from ppl_bsvm.kernels import RBF, gram
 
 DEFAULT_OUT = Path("reports") / "mcmc_benchmark"
 
@@ -146,17 +148,33 @@ LINEAR_ONLY = ("gibbs (collapsed)",)
 ``f``, so its sweeps never collapse and the row would repeat 'gibbs (plain)')."""
 
 GP_ONLY = ("gibbs (half overrelaxed)",)
-"""Rows run for the GP model only (its default overrelaxation)."""
+"""Rows run for the GP model only (its default overrelaxation where the kernel couples the
+points weakly)."""
 
-DEFAULT_ROWS = {"linear": "gibbs (collapsed)", "gp": "gibbs (half overrelaxed)"}
+DEFAULT_ROWS = {"linear": "gibbs (collapsed)", GP_STRONG_OVERRELAX: "gibbs (overrelaxed)",
+                GP_OVERRELAX: "gibbs (half overrelaxed)"}
 """The row that is what ``fit(..., method="gibbs")`` runs without options: collapsed sweeps
-without ``lam`` (``store_lam=False``) for the linear model, the full sweep with the GP's
-overrelaxation (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) for the GP."""
+without ``lam`` (``store_lam=False``) for the linear model; for the GP the full sweep with
+the overrelaxation its default chooses from ``K``'s spectrum
+(:func:`~ppl_bsvm.inference.mcmc.gibbs_kernel.default_overrelax`: :data:`OVERRELAX` on
+Banana at both sizes, where 1.0 % and 0.2 % of ``K``'s trace lies in eigenvalues at most 1)."""
 
 
-def is_default(sampler_name: str, model) -> bool:
-    """Whether a row is the engine's default for ``model`` (:data:`DEFAULT_ROWS`)."""
-    return DEFAULT_ROWS["linear" if model is models.linear_bsvm else "gp"] == sampler_name
+def default_row(problem) -> str:
+    """The row that is the engine's default on ``problem`` (:data:`DEFAULT_ROWS`)."""
+    label, (X, _), kwargs, model = problem
+    if model is models.linear_bsvm:
+        return DEFAULT_ROWS["linear"]
+    with jax.enable_x64(True):
+        K = gram(kwargs["kernel"], kwargs["params"], jnp.asarray(X, jnp.float64),
+                 kwargs["jitter"])
+        share = pcg.weak_share(pcg.spectrum(K, kwargs["jitter"]))
+    return DEFAULT_ROWS[default_overrelax(False, share)]
+
+
+def is_default(sampler_name: str, problem) -> bool:
+    """Whether a row is the engine's default on ``problem`` (:func:`default_row`)."""
+    return default_row(problem) == sampler_name
 
 
 def _sampler(name: str, model):
@@ -217,7 +235,7 @@ def run_one(problem, sampler_name, *, warmup, draws, chains, chain_method, seed)
         "n": int(args[0].shape[0]),
         "dim": int(draws_arr.shape[-1]),
         "sampler": sampler_name,
-        "default": is_default(sampler_name, problem[3]),
+        "default": is_default(sampler_name, problem),
         "chains": chains,
         "draws": draws,
         "warmup": warmup,

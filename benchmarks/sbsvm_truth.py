@@ -365,6 +365,14 @@ def scale(n: int, warmup: int, draws: int, overrelax: float | None = None) -> di
     }
 
 
+def scale_name(n: int, warmup: int, draws: int, overrelax: float) -> str:
+    """The file of a ``--scale`` run: one per run's length and coefficient (the coefficient
+    the run used, whether given or the library's default; runs at -0.5, the default until 4
+    December 2026, have none in the name)."""
+    tail = "" if overrelax == -0.5 else f"_{round(-1000 * overrelax)}"
+    return f"scale{n}_{warmup}_{draws}{tail}.json"
+
+
 def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False,
            reuse: bool = False, scaling: bool = False, overrelax: float | None = None):
     cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
@@ -470,7 +478,8 @@ def write_report(out: Path) -> None:
                   "points; runs recorded before the library packed it had it dense). Rows with 10 "
                   "directions ran before the chains learned them together within K's top "
                   "eigenvectors (`sweep._learn_pooled`). Overrelax: Adler's coefficient "
-                  "of the f draw (the library's default, -0.5, unless `--overrelax`).", ""]
+                  "of the f draw: the library's default unless `--overrelax` (chosen from K's "
+                  "spectrum since 4 December 2026, -0.9 at these kernels; -0.5 before).", ""]
         lines += [markdown_table(
             ["n", "chains x (warmup + draws)", "directions", "overrelax", "K", "wall s",
              "set-up s",
@@ -568,9 +577,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child is not None and args.scale_child:
         result = scale(args.child, args.warmup, args.draws, args.overrelax)
-        # a row per run's length (and coefficient, where not the default)
-        tail = "" if args.overrelax is None else f"_{round(-1000 * args.overrelax)}"
-        name = f"scale{args.child}_{args.warmup}_{args.draws}{tail}.json"
+        name = scale_name(args.child, args.warmup, args.draws, result["overrelax"])
         (args.out / name).write_text(json.dumps(result, indent=1))
         return 0
     if args.child is not None:

@@ -127,6 +127,9 @@ def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
         **scale, "n": 10000, "warmup": 200, "draws": 600, "directions": 32, "packed": True,
         "overrelax": -0.9, "ess_bulk_min_f_test": 1200.0, "rhat_max_f_test": 1.0071,
         "machine": "m, load average 1.36 / 1.77 / 1.80 (1 / 5 / 15 min) at the end"}))
+    # a run's file is named by the coefficient it used (the default's, where none was given)
+    assert sbsvm_truth.scale_name(10000, 200, 600, -0.9) == "scale10000_200_600_900.json"
+    assert sbsvm_truth.scale_name(10000, 200, 600, -0.5) == "scale10000_200_600.json"
     sbsvm_truth.write_report(tmp_path)
     text = (tmp_path / "README.md").read_text()
     # runs from before the coefficient was recorded ran at the default, -0.5

@@ -41,8 +41,8 @@ form of the plain draw comes without a triangular solve; on the Banana benchmark
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
 0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
 second against NUTS's, ESS the smaller of the bulk and tail ESS (``reports/mcmc_benchmark``,
-2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (half overrelaxed by
-default, :data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.2x at ``n = 300``,
+2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (half overrelaxed,
+:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.2x at ``n = 300``,
 18x at ``n = 1000``. The sampler's value is as an
 independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
@@ -77,10 +77,10 @@ from .estimates import _gp_directions, gibbs_gp_flops
 from . import pcg as _pcg
 from .gibbs_kernel import (
     _SUPPORTED,
-    GP_OVERRELAX,
     GibbsSettings,
     _check_directions,
     _resolve_for,
+    default_overrelax,
     direction_count,
     gibbs_init,
     gibbs_sample,
@@ -119,7 +119,8 @@ class GibbsOptions(Sampler, Temperature):
     def _check(self):
         self._set("scale_step", boolean("scale_step", self.scale_step))
         self._set("collapse", boolean("collapse", self.collapse))
-        self._set("overrelax", open_interval("overrelax", self.overrelax, -1.0, 1.0))
+        if self.overrelax is not None:  # None: the GP's default, from K's spectrum
+            self._set("overrelax", open_interval("overrelax", self.overrelax, -1.0, 1.0))
         if self.directions is not None:
             self._set("directions", _check_directions(self.directions))
 
@@ -135,7 +136,7 @@ class GibbsLinearOptions(GibbsOptions, LinearPrior):
 class GibbsGPOptions(GibbsOptions, Jitter):
     """Options of :func:`gibbs_gp`."""
 
-    overrelax: float = GP_OVERRELAX
+    overrelax: float | None = None
 
 
 def _gibbs_stats(extra: dict) -> dict:
@@ -195,11 +196,13 @@ def _run_gibbs(model, inputs, kernel, *, key, options: GibbsOptions, resume, dim
 
 
 def _resolved(options: GibbsOptions, linear: bool, dim: int) -> dict:
-    """What ``Fit.options`` records beyond the user's options: the number of line-move
-    directions the default (``directions=None``) chose for a vector of ``dim`` coordinates."""
-    if options.directions is not None:
-        return {}
-    return {"directions": int(_resolve_for(None, linear, dim))}
+    """What ``Fit.options`` records beyond the user's options: the overrelaxation the run used
+    and the number of line-move directions the default (``directions=None``) chose for a
+    vector of ``dim`` coordinates."""
+    out = {"overrelax": options.overrelax}
+    if options.directions is None:
+        out["directions"] = int(_resolve_for(None, linear, dim))
+    return out
 
 
 def _linear_chain_bytes(n: int, p: int, options: dict) -> int:
@@ -357,11 +360,14 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
         Relative jitter of ``K``; the predictions use the same ``K``.
     scale_step : bool, default=True
         Exact draw of the scale of ``f`` at the start of each sweep.
-    overrelax : float in (-1, 1), default=-0.5
+    overrelax : float in (-1, 1) or None, default=None
         Adler's overrelaxation of the ``f`` draw (``BSVMGibbs``); 0 is plain Gibbs. Strong
         overrelaxation (-0.9) mixes the means fastest but the spread of ``f`` slowly where the
-        kernel couples the points weakly, plain Gibbs the reverse; -0.5 has the best worst
-        case (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`).
+        kernel couples the points weakly, plain Gibbs the reverse. ``None`` chooses from
+        ``K``'s spectrum (``gibbs_kernel.default_overrelax``): -0.9 where at most 1.5 % of its
+        trace lies in eigenvalues at most ``1 / gamma``, else -0.5
+        (:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX` has the measurements);
+        ``Fit.options["overrelax"]`` is the one used.
     collapse : bool, default=True
         Ignored unless ``directions="all"`` (``BSVMGibbs``): the default directions do not
         span the space of ``f``, and the sweeps stay full.
@@ -387,6 +393,9 @@ def gibbs_gp(problem: Problem, options: GibbsGPOptions, *, key, kernel: Kernel,
     spec = _pcg.spectrum(setup.K, setup.jitter)
     rank = _pcg.chosen_rank(spec, options.gamma)
     pcg = _pcg.from_spectrum(spec, rank)
+    if options.overrelax is None:
+        options = dataclasses.replace(options, overrelax=default_overrelax(
+            False, _pcg.weak_share(spec, options.gamma)))
     # the estimate before any work guessed the solve's path; K's spectrum has now chosen it
     settings = options.as_dict()
     check_refined(fit_name("gp", "gibbs", problem.n, problem.d),

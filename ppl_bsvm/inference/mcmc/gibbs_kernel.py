@@ -29,7 +29,7 @@ from ...kernels import Kernel, gram
 from .._common import LinearData
 from . import packed
 from .conditionals import GRAM_ROWS_MAX_SIZE, gram_rows
-from .pcg import preconditioner
+from .pcg import chosen_rank, from_spectrum, spectrum, weak_share
 from .sweep import (
     GibbsState,
     GPData,
@@ -87,6 +87,12 @@ def _linear_data(args: dict) -> LinearData:
 
 
 def _gp_data(args: dict) -> GPData:
+    return _gp_inputs(args)[0]
+
+
+def _gp_inputs(args: dict) -> tuple[GPData, float | None]:
+    """:class:`GPData` and, where this computes ``K``'s spectrum (the NumPyro kernel's
+    concrete data), its ``pcg.weak_share`` (else None)."""
     if args.get("hyperpriors"):
         raise ValueError(
             "the Gibbs sampler keeps kernel hyperparameters fixed; use NUTS to sample them "
@@ -108,16 +114,18 @@ def _gp_data(args: dict) -> GPData:
             "positive definite or not finite; increase jitter or check the kernel parameters"
         )
     gamma = _positive("gamma", args["gamma"], X.dtype)
+    pre, share = None, None
     if "pcg" in args:  # the engines' inputs: computed beforehand (the programs trace this)
         pre = args["pcg"]
-    else:  # the NumPyro kernel: concrete data, the choice made here
-        pre = (preconditioner(K, float(gamma), jitter=float(args["jitter"]))
-               if _concrete(K) and _concrete(gamma) else None)
+    elif _concrete(K) and _concrete(gamma):  # the NumPyro kernel: the choices made here
+        spec = spectrum(K, float(args["jitter"]))
+        pre = from_spectrum(spec, chosen_rank(spec, float(gamma)))
+        share = weak_share(spec, float(gamma))
     if pre is not None and packed.worth_packing(K.shape[0]):
         # the sweep's solves read K a dozen times: its lower blocks are half the bytes (the
         # dense K, built above, is not used past here and XLA frees it)
         K = packed.pack(K)
-    return GPData(K, y, gamma, chol_K=chol_K, pcg=pre)
+    return GPData(K, y, gamma, chol_K=chol_K, pcg=pre), share
 
 
 _SUPPORTED = {models.linear_bsvm: _linear_data, models.gp_bsvm: _gp_data}
@@ -181,40 +189,77 @@ def gp_directions(n: int) -> int:
     consistent gain, so the cap stays."""
     return min(n, max(GP_DIRECTIONS, min(GP_DIRECTIONS_MAX, n // GP_POINTS_PER_DIRECTION)))
 
-GP_OVERRELAX = -0.5
-"""Adler's coefficient of the GP sampler's ``f`` draw by default, chosen for the worst case of
-the smallest bulk, tail and sd ESS (ArviZ's; the sd one is what intervals and sds rest on)
-over the regimes the library meets. With 4 x 1,000 draws, two seeds each, smallest ESS
-(bulk / tail / sd), for -0.9, -0.5 and 0:
 
-- default kernels (median-heuristic lengthscale, unit variance), digits 3 vs 8 (249 points):
-  3,905-4,103 / 947-1,172 / 523-658; 2,912-3,389 / 3,105-3,162 / 1,658-1,930;
-  2,033-2,050 / 2,525-2,732 / 2,790-2,822;
-- the same, breast cancer (398 points): 2,666-2,826 / 1,385-1,694 / 655-711;
-  2,441-2,607 / 2,795-3,090 / 1,864-2,317; 1,455-1,492 / 2,158-2,294 / 2,546-2,873;
-- the kernels batch VI learns (near-linear, variance 260-4,000: strongly coupled), breast
-  cancer, digits and wdbc: 1,670-1,971 / 2,326-2,458 / 2,212-2,699; 1,109-1,485 /
-  1,891-2,170 / 1,677-2,229; 774-912 / 1,178-1,485 / 1,227-1,537.
+GP_OVERRELAX = -0.5
+"""Adler's coefficient of the GP sampler's ``f`` draw by default where the kernel couples the
+points weakly (:func:`default_overrelax`).
 
 Strong overrelaxation (-0.9) keeps ``|f - m|`` nearly (``f - m -> -0.9 (f - m) + noise``), so
-where the conditional of ``f`` is about as wide as the posterior the spread mixes slowly (sd
-ESS 523, R-hat 1.011-1.015 from its folded form); plain Gibbs crawls where it is much narrower
-(bulk ESS 774, R-hat up to 1.011). -0.5 has the best worst case (1,109 against 523 and 774)
-and kept R-hat at or below 1.0064 in all ten runs. The linear sampler does not overrelax: with
-its line moves along all ``p`` directions overrelaxation no longer pays there.
+where the conditional of ``f`` given ``lam`` is about as wide as its posterior the spread
+mixes slowly: sd ESS of a few hundred, R-hat up to 1.016. Plain Gibbs crawls where the
+conditional is much narrower (bulk ESS 774-912 of 4,000 draws, R-hat up to 1.011, at the
+kernels batch VI learns on breast cancer, digits and wdbc, in an earlier study), and -0.5
+falls between. What decides is how much of the prior's variance lies in
+directions the data's noise (``lam / gamma``, ``lam`` of order 1) does not pin down: the share
+of ``K``'s trace in eigenvalues at most ``1 / gamma`` (``pcg.weak_share``). Smallest ESS of
+``f`` at the training points (the least of ArviZ's bulk, tail and sd ESS, over two seeds) and
+largest R-hat, 4 x (1,000 + 1,000) sweeps, ``gamma = 1``, on 70 % of scikit-learn's and
+Heart's data, random subsets of Banana and the ``susy`` generator's points (standardised),
+RBF kernels at the median-heuristic lengthscale with the variance shown ("learned": the
+hyperparameters batch VI, resp. S-BSVM, learns), 4 December 2026:
 
-At the strongly coupled kernels S-BSVM learns on ``susy`` (``reports/sbsvm_truth``), -0.9 did
-better on every measure: at 5,000 points (4 x (100 + 400), the smallest over the kriging means
-at 500 test points and over f) bulk 735-840 against 606-676, tail 990 against 740, sd 1,035
-(f) and 1,090 (means) against 945 and 1,015; at 10^4 points (4 x (100 + 500)) a bulk ESS of
-815 and R-hat 1.0079 against 636 and 1.0102. A default chosen from ``K``'s spectrum (how much
-of its trace its top eigenvalues hold) would take -0.9 there and keep -0.5 for weakly coupled
-kernels; it waits for the weakly coupled cases above to be run again beside these."""
+======================================  ==========  ===============  ===============
+data, kernel                            weak share  -0.5             -0.9
+======================================  ==========  ===============  ===============
+digits 3 vs 8 (249 points), variance 1  11.5 %      1,729 (1.0032)   384 (1.0160)
+wine 0 vs 1 (91), variance 1            10.1 %      2,850 (1.0018)   958 (1.0035)
+Heart (189), variance 1                 7.8 %       2,521 (1.0026)   924 (1.0041)
+breast cancer (398), variance 1         6.4 %       1,956 (1.0035)   255 (1.0073)
+breast cancer, variance 3               2.8 %       2,272 (1.0031)   910 (1.0042)
+digits 3 vs 8, variance 10              2.2 %       1,645 (1.0037)   1,307 (1.0043)
+breast cancer, variance 10              1.1 %       1,424 (1.0062)   1,688 (1.0038)
+Banana (300 of 5,300), variance 1       1.0 %       2,974 (1.0023)   3,151 (1.0022)
+``susy`` (2,000), 8.8 / 1.6 (*)         0.98 %      1,405 (1.0070)   1,961 (1.0039)
+digits 3 vs 8, variance 30              0.63 %      908 (1.0066)     1,174 (1.0066)
+Banana (1,000), variance 1              0.16 %      2,521 (1.0024)   2,832 (1.0024)
+breast cancer, variance 100             0.13 %      410 (1.0201)     624 (1.0132)
+``susy`` (2,000), learned               0.04 %      1,543 (1.0069)   2,072 (1.0052)
+breast cancer, learned                  0.001 %     1,510 (1.0031)   2,046 (1.0030)
+======================================  ==========  ===============  ===============
+
+(*) The lengthscale and variance S-BSVM learns at 10^4 points. The smallest ESS is the sd's
+at -0.9 where the share is large, the bulk's at -0.5 where it is small. The two cross between
+1.1 % and 2.2 % (:data:`WEAK_SHARE_MAX` 1.5 %); near there the wrong choice loses at most a
+quarter of the ESS, far from it up to seven times. On ``susy``
+at the kernels S-BSVM learns at 5,000 and 10^4 points (weak shares 0.02 % and 0.28 %;
+``reports/sbsvm_truth``), -0.9 did better on every measure: at 5,000 points (4 x (100 +
+400), the smallest over the kriging means at 500 test points and over f) bulk 735-840 against
+606-676, tail 990 against 740, sd 1,035 (f) and 1,090 (means) against 945 and 1,015; at 10^4
+points (4 x (100 + 500)) a bulk ESS of 815 and R-hat 1.0079 against 636 and 1.0102. Until
+4 December 2026 the default was -0.5 everywhere (the best worst case over a few of these
+kernels). The linear sampler does not overrelax: with its line moves along all ``p``
+directions overrelaxation no longer pays there."""
+
+GP_STRONG_OVERRELAX = -0.9
+"""Adler's coefficient by default where the kernel couples the points strongly
+(:func:`default_overrelax`, :data:`GP_OVERRELAX` has the measurements)."""
+
+WEAK_SHARE_MAX = 0.015
+"""The largest share of ``K``'s trace in eigenvalues at most ``1 / gamma``
+(``pcg.weak_share``) at which the GP sampler overrelaxes strongly by default
+(:data:`GP_OVERRELAX` has the measurements)."""
 
 
-def default_overrelax(linear: bool) -> float:
-    """The overrelaxation a sampler gets when none is given (:data:`GP_OVERRELAX`)."""
-    return 0.0 if linear else GP_OVERRELAX
+def default_overrelax(linear: bool, weak_share: float | None = None) -> float:
+    """The overrelaxation a sampler gets when none is given: 0 for the linear model; for the
+    GP :data:`GP_STRONG_OVERRELAX` where at most :data:`WEAK_SHARE_MAX` of ``K``'s trace lies
+    in eigenvalues at most ``1 / gamma`` (``weak_share``, ``pcg.weak_share``), else (or with
+    the share unknown) :data:`GP_OVERRELAX`."""
+    if linear:
+        return 0.0
+    if weak_share is not None and weak_share <= WEAK_SHARE_MAX:
+        return GP_STRONG_OVERRELAX
+    return GP_OVERRELAX
 
 
 def _dimension(data) -> int:
@@ -370,8 +415,9 @@ class BSVMGibbs(MCMCKernel):
     overrelax : float in (-1, 1) or None, default=None
         Draw ``beta`` / ``f`` by Adler's overrelaxed move (:func:`overrelaxed`) with this
         coefficient instead of independently from its conditional; 0 is the plain Gibbs
-        sampler. ``None`` is :data:`GP_OVERRELAX` (-0.5) for the GP and 0 for the linear
-        model.
+        sampler. ``None`` is 0 for the linear model and for the GP chosen from ``K``'s
+        spectrum in :meth:`init` (:func:`default_overrelax`: -0.9 where the kernel couples
+        the points strongly, else -0.5); :attr:`overrelax` tells which.
     directions : int, "all", array of shape (k, d) or None, default=None
         Line moves (:func:`sample_line`): after the scale step, one exact draw from the
         marginal posterior along each of ``k`` directions. A number ``k`` (or ``"all"``,
@@ -443,9 +489,12 @@ class BSVMGibbs(MCMCKernel):
             )
         self._model = model
         self._scale_step = boolean("scale_step", scale_step)
-        if overrelax is None:
-            overrelax = default_overrelax(model is models.linear_bsvm)
-        self._overrelax = open_interval("overrelax", overrelax, -1.0, 1.0)
+        if overrelax is None and model is models.linear_bsvm:
+            overrelax = default_overrelax(True)
+        # the GP's default is chosen from K's spectrum in init
+        self._overrelax = (None if overrelax is None
+                           else open_interval("overrelax", overrelax, -1.0, 1.0))
+        self._overrelax_used = self._overrelax
         self._directions = None if directions is None else _check_directions(directions)
         self._collapse = boolean("collapse", collapse)
         self._draw_lam = boolean("draw_lam", draw_lam)
@@ -458,6 +507,12 @@ class BSVMGibbs(MCMCKernel):
         return self._model
 
     @property
+    def overrelax(self) -> float | None:
+        """Adler's coefficient of the draws: the one given, or the default the last
+        :meth:`init` chose (:func:`default_overrelax`; None for the GP before it)."""
+        return self._overrelax_used
+
+    @property
     def data(self):
         """The :class:`LinearData` / :class:`GPData` built by the last :meth:`init`."""
         return self._data
@@ -466,10 +521,14 @@ class BSVMGibbs(MCMCKernel):
         # Constants of the data, computed once and eagerly even when MCMC traces init
         # (chain_method="parallel"), so that no tracer is stored on the kernel.
         with jax.ensure_compile_time_eval():
-            data = _SUPPORTED[self._model](_bind(self._model, model_args, model_kwargs))
+            args = _bind(self._model, model_args, model_kwargs)
+            data, share = (_gp_inputs(args) if self._model is models.gp_bsvm
+                           else (_linear_data(args), None))
         self._data = data
+        self._overrelax_used = (default_overrelax(self._model is models.linear_bsvm, share)
+                                if self._overrelax is None else self._overrelax)
         directions = _resolve_directions(self._directions, data)
-        settings = gibbs_settings(self._scale_step, self._overrelax, directions, num_warmup,
+        settings = gibbs_settings(self._scale_step, self._overrelax_used, directions, num_warmup,
                                   dim=_dimension(data), collapse=self._collapse,
                                   draw_lam=self._draw_lam)
         batched = not is_prng_key(rng_key)  # 'vectorized': a batch of keys and states

@@ -81,6 +81,7 @@ from jax.scipy.linalg import cho_solve
 from . import packed
 
 __all__ = ["Preconditioner", "Spectrum", "preconditioner", "spectrum", "from_spectrum",
+           "weak_share",
            "pcg_rank", "chosen_rank", "predicted_iterations", "spectrum_iterations",
            "solve_flops", "solve", "TOL", "MAX_ITER"]
 
@@ -151,11 +152,24 @@ class Preconditioner(NamedTuple):
 
 class Spectrum(NamedTuple):
     """The top of ``K``'s spectrum: ascending eigenvalues ``d`` (all ``n``, or the ``s``
-    largest Ritz values), their eigenvectors ``U`` (on the device) and the floor ``c``."""
+    largest Ritz values), their eigenvectors ``U`` (on the device), the floor ``c`` and
+    ``K``'s trace."""
 
     d: np.ndarray
     U: jnp.ndarray
     c: float
+    trace: float
+
+
+def weak_share(spec: Spectrum, gamma: float = 1.0) -> float:
+    """The share of ``K``'s trace in eigenvalues at most ``1 / gamma``: the prior's variance in
+    directions where the data's noise ``lam / gamma`` (``lam`` of order 1) is no smaller than
+    it, so that ``f``'s conditional given ``lam`` is about as wide as its posterior there
+    (``gibbs_kernel.default_overrelax``). From the range finder's Ritz values (lower bounds
+    of the top eigenvalues, and only ``s`` of them) it is an upper bound."""
+    d = np.asarray(spec.d, dtype=float)
+    strong = float(np.sum(d[d > 1.0 / float(gamma)]))
+    return float(min(max(1.0 - strong / spec.trace, 0.0), 1.0))
 
 
 def _tail_floor(d):
@@ -204,12 +218,13 @@ def spectrum(K, jitter: float = 0.0, key=None) -> Spectrum:
     if n <= EXACT_MAX:
         d_dev, U = _eigh(K)
         d = np.asarray(d_dev)
-        return Spectrum(d, U, _tail_floor(d))
+        return Spectrum(d, U, _tail_floor(d), float(np.sum(d)))
     key = jax.random.key(0) if key is None else key
     theta, U = _range_finder(K, key, RANK_MAX + OVERSAMPLE)
     d = np.asarray(theta)
-    floor = float(jitter) / (1.0 + float(jitter)) * float(jnp.mean(jnp.diagonal(K)))
-    return Spectrum(d, U, max(floor, 1e-13 * float(d[-1])))
+    mean_diag = float(jnp.mean(jnp.diagonal(K)))
+    floor = float(jitter) / (1.0 + float(jitter)) * mean_diag
+    return Spectrum(d, U, max(floor, 1e-13 * float(d[-1])), n * mean_diag)
 
 
 def preconditioner(K, gamma: float = 1.0, rank: int | None = None,

@@ -604,7 +604,8 @@ def curve_fits(curve):
     X, y, kern = curve
     common = dict(model="gp", kernel=kern, num_samples=2000, num_warmup=500, num_chains=4)
     return _LazyFits({
-        # the default overrelaxes by half (GP_OVERRELAX); plain Gibbs beside it
+        # the default (half overrelaxed at this kernel: default_overrelax); plain Gibbs
+        # beside it
         "gibbs": lambda: ppl_bsvm.fit(X, y, method="gibbs", seed=4, **common),
         "gibbs_plain": lambda: ppl_bsvm.fit(X, y, method="gibbs", overrelax=0.0, seed=7,
                                             **common),
@@ -840,19 +841,38 @@ def test_bsvm_gibbs_under_numpyro_mcmc(plane, curve):
     assert np.all(np.isfinite(seq.get_extra_fields()["lp"]))
 
 
-def test_the_gp_sampler_overrelaxes_by_half_by_default_the_linear_one_does_not(curve, plane):
-    """The kernel and the engine resolve the same defaults (GP_OVERRELAX says why -0.5), and
-    an explicit value wins."""
-    from ppl_bsvm.inference.mcmc.gibbs_kernel import GP_OVERRELAX
+def test_the_gp_samplers_default_overrelaxation_follows_ks_spectrum(curve, plane):
+    """The engine and the kernel resolve the same default from ``K``'s spectrum
+    (``gibbs_kernel.default_overrelax``): strong overrelaxation where at most
+    ``WEAK_SHARE_MAX`` of ``K``'s trace lies in eigenvalues at most ``1 / gamma`` (the curve's
+    kernel at three times its variance: 0.6 %), half where more does (the curve's own: 2.2 %);
+    an explicit value wins, and the linear sampler does not overrelax."""
+    from ppl_bsvm.inference.mcmc.gibbs_kernel import (GP_OVERRELAX, GP_STRONG_OVERRELAX,
+                                                      WEAK_SHARE_MAX, default_overrelax)
 
-    assert GP_OVERRELAX == -0.5
-    assert BSVMGibbs(models.gp_bsvm)._overrelax == GP_OVERRELAX
-    assert BSVMGibbs(models.linear_bsvm)._overrelax == 0.0
-    assert BSVMGibbs(models.gp_bsvm, overrelax=-0.9)._overrelax == -0.9
     X, y, kern = curve
+    strong = kernels.RBF(lengthscale=1.0, variance=3.0)
+    for kernel, expected in ((strong, GP_STRONG_OVERRELAX), (kern, GP_OVERRELAX)):
+        with jax.enable_x64(True):
+            K = kernels.gram(kernel, kernel.init_params(X), jnp.asarray(X, float), 1e-6)
+            share = pcg.weak_share(pcg.spectrum(K, 1e-6))
+        assert (share <= WEAK_SHARE_MAX) == (expected == GP_STRONG_OVERRELAX)
+        assert default_overrelax(False, share) == expected
+        fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, num_samples=5,
+                           num_warmup=5, num_chains=1, seed=0)
+        assert fit.options["overrelax"] == expected
+    sampler = BSVMGibbs(models.gp_bsvm)
+    assert sampler.overrelax is None  # chosen from the data in init
+    with jax.enable_x64(True):
+        MCMC(sampler, num_warmup=5, num_samples=5, progress_bar=False).run(
+            jax.random.key(0), X, y, kernel=strong, jitter=1e-6)
+    assert sampler.overrelax == GP_STRONG_OVERRELAX
+    assert default_overrelax(False) == GP_OVERRELAX  # the spectrum unknown
+    assert BSVMGibbs(models.gp_bsvm, overrelax=-0.7).overrelax == -0.7
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kern, num_samples=5,
-                       num_warmup=5, num_chains=1, seed=0)
-    assert fit.options["overrelax"] == GP_OVERRELAX
+                       num_warmup=5, num_chains=1, seed=0, overrelax=GP_STRONG_OVERRELAX)
+    assert fit.options["overrelax"] == GP_STRONG_OVERRELAX
+    assert BSVMGibbs(models.linear_bsvm).overrelax == 0.0
     fit = ppl_bsvm.fit(*plane[:2], model="linear", method="gibbs", num_samples=5,
                        num_warmup=5, num_chains=1, seed=0)
     assert fit.options["overrelax"] == 0.0

@@ -107,6 +107,34 @@ def test_range_finder_finds_the_top_of_the_spectrum(monkeypatch):
         assert bool(out.ok)
         iters.append(int(out.iters))
     assert abs(iters[0] - iters[1]) <= 1
+    # K's trace exactly; the weak share from the Ritz values an upper bound of the exact one
+    assert spec.trace == pytest.approx(np.trace(K), rel=1e-12)
+    for gamma in (1.0, 0.01):
+        exact_share = _weak_share_by_brute_force(exact, gamma)
+        assert exact_share <= pcg.weak_share(spec, gamma) <= exact_share + 1e-6
+
+
+def _weak_share_by_brute_force(eigenvalues, gamma):
+    return float(np.sum(eigenvalues[eigenvalues <= 1.0 / gamma]) / np.sum(eigenvalues))
+
+
+def test_weak_share_is_the_trace_in_eigenvalues_at_most_one_over_gamma():
+    """``pcg.weak_share`` (the GP sampler's default overrelaxation rests on it) on a ``K`` of
+    known eigenvalues and on Banana's, by the eigendecomposition's path: the sum of the
+    eigenvalues at most ``1 / gamma`` over the trace."""
+    r = np.random.default_rng(5)
+    Q, _ = np.linalg.qr(r.normal(size=(90, 90)))
+    d = np.concatenate([np.full(60, 0.5), np.full(20, 2.0), np.full(10, 100.0)])
+    spec = pcg.spectrum((Q * d) @ Q.T)
+    assert spec.trace == pytest.approx(1070.0, rel=1e-12)
+    assert pcg.weak_share(spec) == pytest.approx(30.0 / 1070.0, rel=1e-9)
+    assert pcg.weak_share(spec, gamma=0.1) == pytest.approx(70.0 / 1070.0, rel=1e-9)
+    assert pcg.weak_share(spec, gamma=0.001) == 1.0 and pcg.weak_share(spec, gamma=4.0) == 0.0
+    K = _banana_K(300)
+    exact = np.linalg.eigvalsh(K)
+    for gamma in (1.0, 3.0):
+        assert pcg.weak_share(pcg.spectrum(K), gamma) == pytest.approx(
+            _weak_share_by_brute_force(exact, gamma), abs=1e-12)
 
 
 @pytest.mark.parametrize("case", ["typical", "tiny", "floor", "large"])

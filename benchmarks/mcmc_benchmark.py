@@ -311,17 +311,19 @@ def _plot(rows, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     problems = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(problems), figsize=(4.5 * len(problems), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(problems), figsize=(4.5 * len(problems), 4.2), squeeze=False)
     for ax, problem in zip(axes[0], problems):
         sub = [r for r in rows if r["model"] == problem]
         x = np.arange(len(sub))
         ax.bar(x - 0.2, [r["ess_per_s_min"] for r in sub], 0.4, label="min over coordinates")
         ax.bar(x + 0.2, [r["ess_per_s_median"] for r in sub], 0.4, label="median")
-        ax.set_xticks(x, [r["sampler"].replace(" (", "\n(") for r in sub], fontsize=8)
+        # long names, slanted so that neighbours do not overlap; the default row starred
+        ax.set_xticks(x, [r["sampler"] + (" *" if r["default"] else "") for r in sub],
+                      fontsize=8, rotation=35, ha="right", rotation_mode="anchor")
         ax.set_ylabel("min(bulk, tail) ESS per second")
         size = "" if "n=" in problem else f"n={sub[0]['n']}, "
         ax.set_title(f"{problem} ({size}dim={sub[0]['dim']})")
-    axes[0][0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=8, title="* the default", title_fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

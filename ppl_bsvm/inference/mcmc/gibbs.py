@@ -39,11 +39,12 @@ with ``K + diag(lam) / gamma`` takes two to four products with ``K`` by conjugat
 (:mod:`ppl_bsvm.inference.mcmc.pcg`) instead of a Cholesky factor, and the prior quadratic
 form of the plain draw comes without a triangular solve; on the Banana benchmark a sweep
 costs 0.29 ms per chain at ``n = 300`` (1.70 ms with a Cholesky factor per sweep) and
-0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps. Smallest ESS per
-second against NUTS's, ESS the smaller of the bulk and tail ESS (``reports/mcmc_benchmark``,
-2026-11-27): linear 3.4x with the collapsed sweeps (full sweeps 2.1x); GP (half overrelaxed,
-:data:`~ppl_bsvm.inference.mcmc.gibbs_kernel.GP_OVERRELAX`) 2.2x at ``n = 300``,
-18x at ``n = 1000``. The sampler's value is as an
+0.93 ms at ``n = 1000``, where a NUTS draw costs 16 ms, seventeen sweeps (2026-11-27).
+Smallest ESS per second against NUTS's, ESS the smaller of the bulk and tail ESS
+(``reports/mcmc_benchmark``, 2026-12-04, another machine): linear 3.7x with the collapsed
+sweeps (full sweeps 2.1x); GP at its default (strongly overrelaxed on Banana's kernel,
+:func:`~ppl_bsvm.inference.mcmc.gibbs_kernel.default_overrelax`) 5.5x at ``n = 300``,
+8.6x at ``n = 1000`` (half overrelaxed 5.2x and 7.8x). The sampler's value is as an
 independent, tuning-free reference: no step size, no divergences, no gradients, and exact
 conditional draws that the tests check one by one.
 """

@@ -82,14 +82,15 @@ def test_the_response_scale_report_keeps_the_runs_machine(tmp_path):
            "sd_difference_median": 0.0005, "sd_difference_max": 0.0237,
            "sd_ratio_mean_field_median": 0.989, "machine": "the run's machine, load 1.75"}
     text = sbsvm_response_scale.write_report([row], tmp_path)
-    # a row written before the Schur route (no form, no moments' comparison)
-    assert ("| 100000 | 64 | 1.47 | 5.48 | 3.93 | moments | 20160 | 0.26 % | 23 | 7.67 | "
+    # a row written before the Schur route (no form, no moments' comparison, no difference
+    # of the fits)
+    assert ("| 100000 | 64 | 1.47 | 5.48 | 3.93 | - | moments | 20160 | 0.26 % | 23 | 7.67 | "
             "0.05 % / 2.37 % | - | - | 0.989 | linear response |") in text
     assert "Machine: the run's machine, load 1.75." in text
     row.update(form="Schur complement (1 product by G_qq)", moments_correction_s=4.51,
-               moments_sd_difference_max=3.0e-11)
+               moments_sd_difference_max=3.0e-11, added_s=3.87)
     text = sbsvm_response_scale.write_report([row], tmp_path)
-    assert ("| 3.93 | Schur complement (1 product by G_qq) | 20160 | 0.26 % | 23 | 7.67 | "
+    assert ("| 3.93 | 3.87 | Schur complement (1 product by G_qq) | 20160 | 0.26 % | 23 | 7.67 | "
             "0.05 % / 2.37 % | 4.51 | 3.0e-11 | 0.989 |") in text
 
 

@@ -604,25 +604,31 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
         timings["polish"] = time.perf_counter() - t_p
     q = mean_field = _final_q(st, keys.u, num_draws)
 
-    def marginals(q):
-        return jax.tree.map(lambda a: np.asarray(a)[:n], _training_marginals(
-            kernel, st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P, data))
+    def trimmed(marg):
+        return jax.tree.map(lambda a: np.asarray(a)[:n], marg)
 
-    marg = marginals(q)
-    f_mean, f_var, alpha = marg.f_mean, marg.f_var, marg.alpha
-    value = float(np.sum(marg.terms)) - float(q.kl)
+    def marginals(q):
+        return trimmed(_training_marginals(kernel, st.params, st.Z, st.chol_Kmm, q.mean_v,
+                                           q.chol_P, data))
+
     status, lr_extra, lr_attrs = None, {}, {}
     if options.linear_response:
         t_lr = time.perf_counter()
-        q, status, sweeps, sampled, mc_error, form = respond(kernel, st, data, keys.u,
-                                                            num_draws, mean_field, what)
+        # the mean-field marginals at the training rows come from the polish's first sweep
+        q, status, sweeps, sampled, mc_error, form, marg = respond(
+            kernel, st, data, keys.u, num_draws, mean_field, what, marginals=True)
+        marg = trimmed(marg)
         lr_extra = {"u_cov_mean_field": np.asarray(mean_field.u_cov),
-                    "f_var_mean_field": f_var}
-        if q is not mean_field:
-            f_var = marginals(q).f_var
+                    "f_var_mean_field": marg.f_var}
+        f_var = marg.f_var if q is mean_field else marginals(q).f_var
         timings["linear_response"] = time.perf_counter() - t_lr
         lr_attrs = {"polish_sweeps": sweeps, "response_rows": sampled,
                     "response_mc_error": mc_error, "response_form": form}
+    else:
+        marg = marginals(q)
+        f_var = marg.f_var
+    f_mean, alpha = marg.f_mean, marg.alpha
+    value = float(np.sum(marg.terms)) - float(mean_field.kl)
     post = _Posterior(st.params, st.Z, st.chol_Kmm, q.mean_v, q.chol_P)
     posterior = {"u": np.asarray(q.u_draws)[None]}
     if store_f:

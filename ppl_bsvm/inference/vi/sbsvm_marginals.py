@@ -78,25 +78,33 @@ class _TrainingMarginals(NamedTuple):
     terms: jnp.ndarray
 
 
+def _no_marginals(rows: int, dtype) -> _TrainingMarginals:
+    """Zeros for :func:`_put_marginals` to fill."""
+    return _TrainingMarginals(*(jnp.zeros(rows, dtype) for _ in range(4)))
+
+
+def _put_marginals(out: _TrainingMarginals, start, m, s, yc, gamma) -> _TrainingMarginals:
+    """``out`` with the rows ``[start, start + len(m))`` set from their latent marginals."""
+    part = (m, s, elbo_mod.optimal_alpha(m, s, yc), elbo_mod.collapsed_data_term(m, s, yc, gamma))
+    return _TrainingMarginals(*(jax.lax.dynamic_update_slice_in_dim(o, p, start, 0)
+                                for o, p in zip(out, part)))
+
+
 @functools.partial(_programs.Program, static_argnames=("kernel",))
 def _training_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, data):
     """One compiled pass over the training rows in chunks of :data:`PASS_CHUNK` (the last
     overlapping its predecessor), instead of a Python loop of small chunks."""
     N = data.X.shape[0]
     n_chunks, size = _chunks(N, PASS_CHUNK)
-    out = _TrainingMarginals(*(jnp.zeros(N, data.X.dtype) for _ in range(4)))
 
     def body(i, out):
         start = jnp.minimum(i * size, N - size)
         Xc = jax.lax.dynamic_slice_in_dim(data.X, start, size)
         yc = jax.lax.dynamic_slice_in_dim(data.y, start, size)
         m, s = _batch_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, Xc)
-        part = (m, s, elbo_mod.optimal_alpha(m, s, yc),
-                elbo_mod.collapsed_data_term(m, s, yc, data.gamma))
-        return _TrainingMarginals(*(jax.lax.dynamic_update_slice_in_dim(o, p, start, 0)
-                                    for o, p in zip(out, part)))
+        return _put_marginals(out, start, m, s, yc, data.gamma)
 
-    return jax.lax.fori_loop(0, n_chunks, body, out)
+    return jax.lax.fori_loop(0, n_chunks, body, _no_marginals(N, data.X.dtype))
 
 
 GEMM_MIN_RATIO = 4

@@ -74,7 +74,8 @@ from . import elbo as elbo_mod
 from . import fixed_point, lrvb
 from ._svi import BatchStatistics, batch_statistics, target_from_statistics
 from .sbsvm_defaults import default_polish, inducing_count
-from .sbsvm_marginals import PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ, _psi_form
+from .sbsvm_marginals import (PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ,
+                               _no_marginals, _psi_form, _put_marginals)
 
 __all__ = ["POLISH_SWEEPS", "POLISH_TOL", "SAMPLED_POLISH_TOL", "SERIES_PASSES",
            "SERIES_MAX_PASSES", "SERIES_SHARE", "Response", "linear_response", "respond",
@@ -269,6 +270,9 @@ class Response(NamedTuple):
     series_error : ()
         Its certified bound on the relative error of the truncated series (0 for the other
         routes, infinite where it cannot be bounded).
+    marginals : sbsvm_marginals._TrainingMarginals or None
+        With ``marginals=True``: the latent marginals at every training row (padding
+        included) under the starting ``q(v)``, from the polish's first sweep.
     """
 
     chol_prec: jnp.ndarray
@@ -279,6 +283,7 @@ class Response(NamedTuple):
     mc_error: jnp.ndarray
     series_passes: jnp.ndarray
     series_error: jnp.ndarray
+    marginals: object = None
 
 
 def _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P, data, i, size_):
@@ -297,22 +302,26 @@ def _target(g1, G2, gamma):
 
 
 def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
-           mean_block: bool = False):
+           mean_block: bool = False, marginals: bool = False):
     """One sweep of the batch iteration (``_svi``'s target over all rows, ``rho = 1``):
     ``theta = (eta1, vech prec) -> theta'``; with ``metric``, ``(theta', (M, elbo))``, ``M =
     sum_i psi_i psi_i^T / s_i`` the metric of the certificate and ``elbo`` the collapsed ELBO
     at ``theta``, the safeguard's objective (``fixed_point``); with ``mean_block``,
     ``(theta', G_xx)``, ``G_xx = 2 sum_i g_i r_i^2 w_i w_i^T`` the mean's block of the
-    response's ``G`` at ``theta`` (``lrvb`` module doc), over every row (:func:`_polish`)."""
-    m = Z.shape[0]
+    response's ``G`` at ``theta`` (``lrvb`` module doc), over every row (:func:`_polish`).
+    ``marginals`` appends the latent marginals at every row under ``theta``'s ``q``
+    (``sbsvm_marginals._TrainingMarginals``, padding rows included), which the sweep computes
+    anyway: the engine's own pass over the rows for them (``sbsvm_marginals``) took 0.7 s at
+    10^6 points (m = 64), where a sweep takes about 1.3 s."""
+    m, N = Z.shape[0], data.X.shape[0]
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
-    n_chunks, size_ = _chunks(data.X.shape[0], PASS_CHUNK)
+    n_chunks, size_ = _chunks(N, PASS_CHUNK)
 
     def body(i, acc):
         PsiT, m_f, s_f, yc, own = _own_statistics(kernel, params, Z, chol_Kmm, mean, chol_P,
                                                   data, i, size_)
         st = batch_statistics(PsiT.T, m_f, s_f, yc, data.gamma)
-        square, terms = acc[2], acc[3]
+        square, terms, rows = acc[2], acc[3], acc[4]
         if metric:
             square = square + (PsiT / s_f) @ PsiT.T
             terms = terms + jnp.sum(jnp.where(own, st.terms, 0.0))
@@ -320,19 +329,25 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
             alpha = elbo_mod.optimal_alpha(m_f, s_f, yc)
             weight = jnp.where(own, data.gamma * alpha**-1.5 * (1.0 - yc * m_f) ** 2, 0.0)
             square = square + (PsiT * weight) @ PsiT.T  # w_i = S^T y_i psi_i, y_i^2 = 1
-        return acc[0] + st.g1, acc[1] + st.G2, square, terms
+        if marginals:
+            rows = _put_marginals(rows, jnp.minimum(i * size_, N - size_), m_f, s_f, yc,
+                                  data.gamma)
+        return acc[0] + st.g1, acc[1] + st.G2, square, terms, rows
 
     square = (m, m) if metric or mean_block else ()
     zero = (jnp.zeros(m, theta.dtype), jnp.zeros((m, m), theta.dtype),
-            jnp.zeros(square, theta.dtype), jnp.zeros((), theta.dtype))
-    g1, G2, M, terms = jax.lax.fori_loop(0, n_chunks, body, zero)
-    image = _target(g1, G2, data.gamma)
+            jnp.zeros(square, theta.dtype), jnp.zeros((), theta.dtype),
+            _no_marginals(N, theta.dtype) if marginals else ())
+    g1, G2, M, terms, rows = jax.lax.fori_loop(0, n_chunks, body, zero)
+    out = [_target(g1, G2, data.gamma)]
     if metric:
-        return image, (M, terms - kl_precision(mean, chol_P))
+        out.append((M, terms - kl_precision(mean, chol_P)))
     if mean_block:
         S = cov_factor(chol_P)
-        return image, S.T @ M @ S
-    return image
+        out.append(S.T @ M @ S)
+    if marginals:
+        out.append(rows)
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def _whiten(theta, ref):
@@ -407,11 +422,12 @@ def _coupling(kernel, params, Z, chol_Kmm, data, theta, order, rows, chunk: int)
 
 
 def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float = POLISH_TOL,
-            coupling=None):
+            coupling=None, marginals: bool = False):
     r"""``theta`` moved to the fixed point of :func:`_sweep` (relative change at most
     ``tol``, or ``max_iter`` steps): ``(theta*, sweeps, residual)``, ``sweeps``
     the passes over the rows (the one at ``theta`` included), ``residual`` the relative change
-    of a sweep at ``theta*`` (from the last one: no extra pass).
+    of a sweep at ``theta*`` (from the last one: no extra pass); with ``marginals`` a fourth,
+    the latent marginals at every row under the starting ``theta`` (from its sweep).
 
     **Preconditioned Anderson.** In the coordinates of :func:`_whiten` about ``theta``'s own
     precision factor, the Jacobian of the sweep at its fixed point is exactly the response's
@@ -447,10 +463,15 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float 
     pays where it spares a sweep over many rows (:data:`COUPLING_RATIO`).
     """
     m = Z.shape[0]
+    rows = ()
     if max_iter == 0:  # the residual alone: a plain sweep, no G_xx
-        image = _sweep(kernel, params, Z, chol_Kmm, data, theta)
-        return theta, jnp.ones((), jnp.int32), lrvb.relative_change(theta, image)
-    image, G_xx = _sweep(kernel, params, Z, chol_Kmm, data, theta, mean_block=True)
+        image = _sweep(kernel, params, Z, chol_Kmm, data, theta, marginals=marginals)
+        if marginals:
+            image, rows = image
+        return (theta, jnp.ones((), jnp.int32), lrvb.relative_change(theta, image),
+                *((rows,) if marginals else ()))
+    image, G_xx, *rows = _sweep(kernel, params, Z, chol_Kmm, data, theta, mean_block=True,
+                                marginals=marginals)
     residual = lrvb.relative_change(theta, image)
     ref = gaussian_from_precision(*lrvb.unpack(theta, m))[1]
 
@@ -475,7 +496,7 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float 
     def done(_):
         return theta, jnp.ones((), jnp.int32), residual
 
-    return jax.lax.cond(residual <= tol, done, run, None)
+    return (*jax.lax.cond(residual <= tol, done, run, None), *rows)
 
 
 @functools.partial(_programs.Program, static_argnames=("kernel",))
@@ -726,7 +747,7 @@ def _dense_pass(kernel, params, Z, chol_Kmm, data, theta):
 def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int,
                     chunk: int, sample: int = 0, key=None, tol: float = POLISH_TOL,
                     passes: int = 0, residual: float | None = None,
-                    coupling: int = 0) -> Response:
+                    coupling: int = 0, marginals: bool = False) -> Response:
     """Polish S-BSVM's ``q(v)`` (natural parameters ``eta1``, ``prec``) to the batch fixed
     point and compute its linear response there (module doc); ``data`` is ``sbsvm``'s
     ``SBSVMData`` (``X``, ``y``, ``n``, ``gamma``), ``chunk`` the rows per chunk of the
@@ -738,7 +759,8 @@ def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int
     ``residual``: with ``max_iter=0``, the residual already measured at ``(eta1, prec)`` (a
     response taken again from a polished state), which spares the sweep that would measure
     it. ``coupling > 0``: the polish's steps with ``B_0`` from that many rows drawn with
-    ``key`` (:func:`_polish`, :func:`coupling_rows`; a subsample's only).
+    ``key`` (:func:`_polish`, :func:`coupling_rows`; a subsample's only). ``marginals``:
+    :attr:`Response.marginals` from the first sweep (which ``residual`` must not spare).
 
     One program serves every subsample size, tolerance and count of products: they are
     traced (:func:`respond` grows a subsample and falls back to the moments without
@@ -746,27 +768,35 @@ def linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, max_iter: int
     the residual is known are compiled in."""
     sampled, series, known = bool(sample), bool(chunk and passes), residual is not None
     coupled = bool(sampled and coupling and max_iter)
+    if marginals and max_iter == 0 and known:
+        raise ValueError("marginals come from the polish's first sweep, which a known "
+                         "residual spares")
     return _linear_response(
         kernel, params, Z, chol_Kmm, eta1, prec, data, jnp.asarray(sample, jnp.int32),
         key if sampled else None, jnp.asarray(tol, eta1.dtype), jnp.asarray(passes, jnp.int32),
         jnp.asarray(residual if known else 0.0, eta1.dtype), jnp.asarray(coupling, jnp.int32),
-        max_iter=max_iter, chunk=chunk, series=series, known=known, coupled=coupled)
+        max_iter=max_iter, chunk=chunk, series=series, known=known, coupled=coupled,
+        marginals=marginals)
 
 
 @functools.partial(_programs.Program,
-                   static_argnames=("kernel", "max_iter", "chunk", "series", "known", "coupled"))
+                   static_argnames=("kernel", "max_iter", "chunk", "series", "known", "coupled",
+                                    "marginals"))
 def _linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, sample, key, tol, passes,
                      residual, coupling, max_iter: int, chunk: int, series: bool,
-                     known: bool, coupled: bool) -> Response:
+                     known: bool, coupled: bool, marginals: bool = False) -> Response:
     """:func:`linear_response`'s program (``key`` None for the full sum)."""
     theta = lrvb.pack(eta1, 0.5 * (prec + prec.T))
     # one order of the rows for the polish's coupling and the sums (a sort, 0.3 s at 10^6)
     order = None if key is None else _subsample(key, data)
+    rows = None
     if max_iter == 0 and known:
         sweeps = jnp.zeros((), jnp.int32)
     else:
-        theta, sweeps, residual = _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter,
-                                          tol, (order, coupling, chunk) if coupled else None)
+        theta, sweeps, residual, *rows = _polish(
+            kernel, params, Z, chol_Kmm, data, theta, max_iter, tol,
+            (order, coupling, chunk) if coupled else None, marginals)
+        rows = rows[0] if marginals else None
     error = jnp.zeros((), theta.dtype)
     products = (jnp.zeros((), jnp.int32), jnp.zeros((), theta.dtype))
     if series:
@@ -781,7 +811,8 @@ def _linear_response(kernel, params, Z, chol_Kmm, eta1, prec, data, sample, key,
     else:
         chol_lr = _dense_pass(kernel, params, Z, chol_Kmm, data, theta)
     factor_u = chol_Kmm @ cov_factor(chol_lr)
-    return Response(chol_lr, factor_u @ factor_u.T, residual, sweeps, theta, error, *products)
+    return Response(chol_lr, factor_u @ factor_u.T, residual, sweeps, theta, error, *products,
+                    rows)
 
 
 SERIES_SHARE = 0.01
@@ -841,17 +872,18 @@ def _polish_tol(sample: int) -> float:
 
 
 def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: int, key,
-              residual: float | None = None, coupling: int = 0):
+              residual: float | None = None, coupling: int = 0, marginals: bool = False):
     """One response from ``(eta1, prec)``: on the Schur route (:func:`_series_pass`), or, where
     its series is not within its tolerance after :func:`series_passes` products, the moments'
     from the polished state (when their ``P x P`` matrices fit in the memory available).
     ``(res, sweeps, form, failure)``: the :class:`Response`, the polish's sweeps, the form used
-    (for the fit's attributes) and why the series failed where nothing could replace it."""
+    (for the fit's attributes) and why the series failed where nothing could replace it;
+    ``marginals``: :attr:`Response.marginals` from the first sweep."""
     m, tol = st.Z.shape[0], _polish_tol(sample)
     rows = sample or data.X.shape[0]
     passes = series_passes(rows, m) if chunk and uses_series(rows, m) else 0
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, max_iter,
-                          chunk, sample, key, tol, passes, residual, coupling)
+                          chunk, sample, key, tol, passes, residual, coupling, marginals)
     sweeps, failure = int(res.sweeps), None
     if not passes:
         return res, sweeps, "moments" if chunk else "n x n", failure
@@ -868,17 +900,22 @@ def _response(kernel, st, data, eta1, prec, max_iter: int, chunk: int, sample: i
                    "available)")
         return res, sweeps, form, failure
     eta1, prec = lrvb.unpack(res.theta, m)
+    first = res
     res = linear_response(kernel, st.params, st.Z, st.chol_Kmm, eta1, prec, data, 0, chunk,
                           sample, key, tol, residual=float(res.residual))
-    return res, sweeps + int(res.sweeps), "moments", failure
+    return res._replace(marginals=first.marginals), sweeps + int(res.sweeps), "moments", failure
 
 
-def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: str):
+def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: str,
+            marginals: bool = False):
     """The engine's linear response at its final state ``st``, checked by ``lrvb.accept``:
-    ``(q, status, sweeps, rows, mc_error, form)``, ``q`` the
+    ``(q, status, sweeps, rows, mc_error, form, training)``, ``q`` the
     :class:`~.sbsvm_marginals._FinalQ` of ``N(SVI's mean, Cov_LR)`` (draws with ``key``) or,
     where the check fails, ``mean_field``, then the polish's sweeps, the rows the sums came
-    from, their estimated Monte-Carlo error and the form of the response (:func:`_response`).
+    from, their estimated Monte-Carlo error, the form of the response (:func:`_response`)
+    and, with ``marginals``, the latent marginals at every training row under ``st``'s own
+    ``q`` (``sbsvm_marginals._TrainingMarginals``, padding rows included; else None), from
+    the polish's first sweep.
 
     Beyond ``2 SAMPLE_P P`` rows the sums come from a subsample (:func:`_row_sets`)
     that grows fourfold until its estimated error is at most :data:`MC_TOL` (the full sum
@@ -893,7 +930,9 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     res, sweeps, form, failure = _response(kernel, st, data, st.eta1, st.prec,
                                            lrvb.POLISH_ITER, chunk, sample,
                                            random.fold_in(key, 1),
-                                           coupling=coupling_rows(n, m, chunk) if sample else 0)
+                                           coupling=coupling_rows(n, m, chunk) if sample else 0,
+                                           marginals=marginals)
+    training = res.marginals
     while failure is None and sample and not float(res.mc_error) <= MC_TOL:
         sample = 4 * sample if 8 * sample <= n else 0
         eta1, prec = lrvb.unpack(res.theta, m)
@@ -906,7 +945,7 @@ def respond(kernel, st, data, key, num_draws: int, mean_field: _FinalQ, what: st
     _, status = lrvb.accept(res.u_cov, None, res.residual, what, stacklevel=9,
                             tol=SAMPLED_POLISH_TOL if sample else lrvb.RESIDUAL_TOL,
                             failure=failure)
-    report = (sample or n, float(res.mc_error), form)
+    report = (sample or n, float(res.mc_error), form, training)
     if status != "linear response":
         return (mean_field, status, sweeps) + report
     prec = res.chol_prec @ res.chol_prec.T

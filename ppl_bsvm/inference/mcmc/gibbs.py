@@ -290,8 +290,9 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
         Start each sweep with the exact draw of the scale of ``beta`` (see
         ``ppl_bsvm.inference.mcmc.conditionals`` and ``line_moves``); it removes the sampler's
         slowest direction.
-    overrelax : float in (-1, 1), default=0.0
-        Adler's overrelaxation of the ``beta`` draw (``BSVMGibbs``); 0 is plain Gibbs.
+    overrelax : float in (-1, 1) or None, default=0.0
+        Adler's overrelaxation of the ``beta`` draw (``BSVMGibbs``); 0 (and None, the
+        kernel's default) is plain Gibbs.
     directions : int, "all" or array of shape (k, p), default="all"
         Exact moves along ``k`` directions of the marginal posterior in every sweep, learned
         in warmup as its principal directions (``BSVMGibbs``); 0 turns them off. They lift
@@ -317,6 +318,8 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
     resume : Fit, optional
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
+    if options.overrelax is None:  # as BSVMGibbs resolves it
+        options = dataclasses.replace(options, overrelax=default_overrelax(True))
     setup = linear_setup(problem, options.intercept)
     inputs = {"X": setup.Xd, "y": setup.y, "prior_scale": options.prior_scale,
               "gamma": options.gamma}

@@ -874,7 +874,7 @@ def test_the_gp_samplers_default_overrelaxation_follows_ks_spectrum(curve, plane
     assert fit.options["overrelax"] == GP_STRONG_OVERRELAX
     assert BSVMGibbs(models.linear_bsvm).overrelax == 0.0
     fit = ppl_bsvm.fit(*plane[:2], model="linear", method="gibbs", num_samples=5,
-                       num_warmup=5, num_chains=1, seed=0)
+                       num_warmup=5, num_chains=1, seed=0, overrelax=None)
     assert fit.options["overrelax"] == 0.0
 
 

@@ -199,9 +199,9 @@ where the conditional of ``f`` given ``lam`` is about as wide as its posterior t
 mixes slowly: sd ESS of a few hundred, R-hat up to 1.016. Plain Gibbs crawls where the
 conditional is much narrower (bulk ESS 774-912 of 4,000 draws, R-hat up to 1.011, at the
 kernels batch VI learns on breast cancer, digits and wdbc, in an earlier study), and -0.5
-falls between. What decides is how much of the prior's variance lies in
-directions the data's noise (``lam / gamma``, ``lam`` of order 1) does not pin down: the share
-of ``K``'s trace in eigenvalues at most ``1 / gamma`` (``pcg.weak_share``). Smallest ESS of
+falls between. What decides is how much of the prior's variance lies in directions the
+data's noise (``lam / gamma``, ``lam`` of order 1) does not pin down: the share of ``K``'s
+trace in eigenvalues at most ``1 / gamma`` (``pcg.weak_share``). Smallest ESS of
 ``f`` at the training points (the least of ArviZ's bulk, tail and sd ESS, over two seeds) and
 largest R-hat, 4 x (1,000 + 1,000) sweeps, ``gamma = 1``, on 70 % of scikit-learn's and
 Heart's data, random subsets of Banana and the ``susy`` generator's points (standardised),
@@ -230,14 +230,13 @@ breast cancer, learned                  0.001 %     1,510 (1.0031)   2,046 (1.00
 (*) The lengthscale and variance S-BSVM learns at 10^4 points. The smallest ESS is the sd's
 at -0.9 where the share is large, the bulk's at -0.5 where it is small. The two cross between
 1.1 % and 2.2 % (:data:`WEAK_SHARE_MAX` 1.5 %); near there the wrong choice loses at most a
-quarter of the ESS, far from it up to seven times. On ``susy``
-at the kernels S-BSVM learns at 5,000 and 10^4 points (weak shares 0.02 % and 0.28 %;
-``reports/sbsvm_truth``), -0.9 did better on every measure: at 5,000 points (4 x (100 +
-400), the smallest over the kriging means at 500 test points and over f) bulk 735-840 against
-606-676, tail 990 against 740, sd 1,035 (f) and 1,090 (means) against 945 and 1,015; at 10^4
-points (4 x (100 + 500)) a bulk ESS of 815 and R-hat 1.0079 against 636 and 1.0102. Until
-4 December 2026 the default was -0.5 everywhere (the best worst case over a few of these
-kernels). The linear sampler does not overrelax: with its line moves along all ``p``
+quarter of the ESS, far from it up to seven times. On ``susy`` at the kernels S-BSVM learns
+at 5,000 and 10^4 points (weak shares 0.02 % and 0.28 %; ``reports/sbsvm_truth``), -0.9 did
+better on every measure: at 5,000 points (4 x (100 + 400), the smallest over the kriging
+means at 500 test points and over f) bulk 735-840 against 606-676, tail 990 against 740, sd
+1,035 (f) and 1,090 (means) against 945 and 1,015; at 10^4 points (4 x (100 + 500)) a bulk
+ESS of 815 and R-hat 1.0079 against 636 and 1.0102. Until 4 December 2026 the default was
+-0.5 everywhere (the best worst case over a few of these kernels). The linear sampler does not overrelax: with its line moves along all ``p``
 directions overrelaxation no longer pays there."""
 
 GP_STRONG_OVERRELAX = -0.9
@@ -247,7 +246,9 @@ GP_STRONG_OVERRELAX = -0.9
 WEAK_SHARE_MAX = 0.015
 """The largest share of ``K``'s trace in eigenvalues at most ``1 / gamma``
 (``pcg.weak_share``) at which the GP sampler overrelaxes strongly by default
-(:data:`GP_OVERRELAX` has the measurements)."""
+(:data:`GP_OVERRELAX` has the measurements, all at ``gamma = 1``: the eigenvalues' threshold
+``1 / gamma`` follows the noise ``lam / gamma`` for ``lam`` of order 1, and is not measured at
+other temperatures)."""
 
 
 def default_overrelax(linear: bool, weak_share: float | None = None) -> float:

@@ -845,7 +845,7 @@ def test_the_gp_samplers_default_overrelaxation_follows_ks_spectrum(curve, plane
     """The engine and the kernel resolve the same default from ``K``'s spectrum
     (``gibbs_kernel.default_overrelax``): strong overrelaxation where at most
     ``WEAK_SHARE_MAX`` of ``K``'s trace lies in eigenvalues at most ``1 / gamma`` (the curve's
-    kernel at three times its variance: 0.6 %), half where more does (the curve's own: 2.2 %);
+    kernel at twice its variance: 0.6 %), half where more does (the curve's own: 2.2 %);
     an explicit value wins, and the linear sampler does not overrelax."""
     from ppl_bsvm.inference.mcmc.gibbs_kernel import (GP_OVERRELAX, GP_STRONG_OVERRELAX,
                                                       WEAK_SHARE_MAX, default_overrelax)

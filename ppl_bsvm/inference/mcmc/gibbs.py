@@ -132,6 +132,11 @@ class GibbsLinearOptions(GibbsOptions, LinearPrior):
 
     directions: Any = "all"
 
+    def _check(self):
+        # after GibbsOptions._check, which lets None through for the GP's spectral default
+        if self.overrelax is None:
+            self._set("overrelax", default_overrelax(True))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GibbsGPOptions(GibbsOptions, Jitter):
@@ -318,8 +323,6 @@ def gibbs_linear(problem: Problem, options: GibbsLinearOptions, *, key,
     resume : Fit, optional
         Continue this fit's chains (``ppl_bsvm.resume``); ``num_samples`` counts its draws too.
     """
-    if options.overrelax is None:  # as BSVMGibbs resolves it
-        options = dataclasses.replace(options, overrelax=default_overrelax(True))
     setup = linear_setup(problem, options.intercept)
     inputs = {"X": setup.Xd, "y": setup.y, "prior_scale": options.prior_scale,
               "gamma": options.gamma}

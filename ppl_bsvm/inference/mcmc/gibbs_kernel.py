@@ -236,8 +236,9 @@ better on every measure: at 5,000 points (4 x (100 + 400), the smallest over the
 means at 500 test points and over f) bulk 735-840 against 606-676, tail 990 against 740, sd
 1,035 (f) and 1,090 (means) against 945 and 1,015; at 10^4 points (4 x (100 + 500)) a bulk
 ESS of 815 and R-hat 1.0079 against 636 and 1.0102. Until 4 December 2026 the default was
--0.5 everywhere (the best worst case over a few of these kernels). The linear sampler does not overrelax: with its line moves along all ``p``
-directions overrelaxation no longer pays there."""
+-0.5 everywhere (the best worst case over a few of these kernels). The linear sampler does
+not overrelax: with its line moves along all ``p`` directions overrelaxation no longer pays
+there."""
 
 GP_STRONG_OVERRELAX = -0.9
 """Adler's coefficient by default where the kernel couples the points strongly

@@ -615,12 +615,17 @@ def _sbsvm(problem: Problem, model: str, options: SBSVMOptions, *, key, kernel: 
     if options.linear_response:
         t_lr = time.perf_counter()
         # the mean-field marginals at the training rows come from the polish's first sweep
-        q, status, sweeps, sampled, mc_error, form, marg = respond(
+        q, status, sweeps, sampled, mc_error, form, marg, lr_var = respond(
             kernel, st, data, keys.u, num_draws, mean_field, what, marginals=True)
         marg = trimmed(marg)
         lr_extra = {"u_cov_mean_field": np.asarray(mean_field.u_cov),
                     "f_var_mean_field": marg.f_var}
-        f_var = marg.f_var if q is mean_field else marginals(q).f_var
+        if q is mean_field:
+            f_var = marg.f_var
+        elif lr_var is not None:  # from the projections the polish stored
+            f_var = np.asarray(lr_var)[:n]
+        else:
+            f_var = marginals(q).f_var
         timings["linear_response"] = time.perf_counter() - t_lr
         lr_attrs = {"polish_sweeps": sweeps, "response_rows": sampled,
                     "response_mc_error": mc_error, "response_form": form}

@@ -124,16 +124,36 @@ def _psi_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb):
     the solves use one BLAS thread (``_runtime``). Fewer rows keep the solves, which are then
     cheaper than the inverses.
     """
+    PsiT, ktilde = _projections(kernel, params, Z, chol_Kmm, Xb)
+    m_f, s_f = _marginals_of(PsiT, ktilde, mean, chol_P)
+    return PsiT, m_f, s_f
+
+
+def _projections(kernel, params, Z, chol_Kmm, Xb):
+    """``Psi_b^T = L^{-1} K_mb`` and ``ktilde_i = k_ii - |psi_i|^2`` (clipped at 0) of the
+    rows ``Xb`` (:func:`_psi_form`)."""
     Kmb = kernel.K(params, Z, Xb)
     if _uses_gemm(Z, Xb):
         eye = jnp.eye(Z.shape[0], dtype=Kmb.dtype)
         PsiT = solve_triangular(chol_Kmm, eye, lower=True) @ Kmb
-        V = solve_triangular(chol_P, eye, lower=True) @ PsiT
     else:
         PsiT = solve_triangular(chol_Kmm, Kmb, lower=True)
-        V = solve_triangular(chol_P, PsiT, lower=True)
-    ktilde = jnp.maximum(kernel.diag(params, Xb) - jnp.sum(PsiT**2, axis=0), 0.0)
-    return PsiT, PsiT.T @ mean, jnp.sum(V**2, axis=0) + ktilde
+    return PsiT, jnp.maximum(kernel.diag(params, Xb) - jnp.sum(PsiT**2, axis=0), 0.0)
+
+
+def _marginals_of(PsiT, ktilde, mean, chol_P):
+    """The latent marginals ``(m_i, s_i)`` of rows with projections ``Psi^T`` and
+    ``ktilde`` (:func:`_projections`) under ``q(v) = N(mean, P^{-1})``, in the precision of
+    ``Psi^T`` (``s_i`` in ``ktilde``'s): ``P_L^{-1} Psi^T`` as a product with the explicit
+    inverse for many rows (:func:`_psi_form`)."""
+    m, dtype = PsiT.shape[0], PsiT.dtype
+    if PsiT.shape[1] >= GEMM_MIN_RATIO * m:
+        inverse = solve_triangular(chol_P, jnp.eye(m, dtype=chol_P.dtype), lower=True)
+        V = inverse.astype(dtype) @ PsiT
+    else:
+        V = solve_triangular(chol_P.astype(dtype), PsiT, lower=True)
+    return ((PsiT.T @ mean.astype(dtype)).astype(ktilde.dtype),
+            jnp.sum(V**2, axis=0).astype(ktilde.dtype) + ktilde)
 
 
 def _kernel_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb):

@@ -147,13 +147,14 @@ def _marginals_of(PsiT, ktilde, mean, chol_P):
     ``Psi^T`` (``s_i`` in ``ktilde``'s): ``P_L^{-1} Psi^T`` as a product with the explicit
     inverse for many rows (:func:`_psi_form`)."""
     m, dtype = PsiT.shape[0], PsiT.dtype
-    if PsiT.shape[1] >= GEMM_MIN_RATIO * m:
+    if PsiT.shape[1] >= GEMM_MIN_RATIO * m:  # one pass over Psi for the means and V
         inverse = solve_triangular(chol_P, jnp.eye(m, dtype=chol_P.dtype), lower=True)
-        V = inverse.astype(dtype) @ PsiT
+        out = jnp.concatenate([inverse, mean[None]]).astype(dtype) @ PsiT
+        V, m_f = out[:m], out[m]
     else:
         V = solve_triangular(chol_P.astype(dtype), PsiT, lower=True)
-    return ((PsiT.T @ mean.astype(dtype)).astype(ktilde.dtype),
-            jnp.sum(V**2, axis=0).astype(ktilde.dtype) + ktilde)
+        m_f = PsiT.T @ mean.astype(dtype)
+    return m_f.astype(ktilde.dtype), jnp.sum(V**2, axis=0).astype(ktilde.dtype) + ktilde
 
 
 def _kernel_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb):

@@ -340,11 +340,13 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
     anyway: the engine's own pass over the rows for them (``sbsvm_marginals``) took 0.7 s at
     10^6 points (m = 64), where a sweep then took about 1.3 s.
 
-    Each chunk's sums are one product, ``[Psi^T D_1; Psi^T D_2] Psi`` with the weights of
-    ``G2`` and of ``M`` or ``G_xx`` stacked: at 16,384 rows and m = 64 it costs what
-    ``Psi^T D_1 Psi`` alone does (an ``m x m`` output leaves one of XLA's two threads idle;
-    0.33 s for either over 10^6 rows). The first sweep with ``G_xx`` and the marginals took
-    1.22 s at 10^6 points, 0.89-1.03 s now.
+    Each chunk's sums are one product, ``[D_1 Psi; D_2 Psi; g^T]^T Psi`` with the weights of
+    ``G2`` and of ``M`` or ``G_xx`` and ``g1``'s stacked, and its means and variances
+    another (``sbsvm_marginals._marginals_of``): at 16,384 rows and m = 64 a product with
+    ``m + 1`` or ``2 m + 1`` rows costs what one with ``m`` rows does or less (an ``m x m``
+    output leaves one of XLA's two threads idle), where each matrix-vector product took
+    0.04-0.1 s over 10^6 rows. A sweep at 10^6 points took 1.00 s (1.22 s the first, with
+    ``G_xx`` and the marginals), 0.68 s now (0.84 s); medians of 5 in one process.
 
     ``store`` appends :class:`_Projections` of every row (``4 N m`` bytes, 256 MB at 10^6
     points and m = 64) and takes the chunk's sums in single precision; a sweep given them
@@ -353,7 +355,7 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
     chunk's sums, added in double; ``ktilde``, whose ``k_ii - |psi_i|^2`` cancels, is
     stored in double): for a subsample's polish, whose tolerance (:data:`SAMPLED_POLISH_TOL`,
     at least :data:`STORED_MIN_TOL`) is far above them. At 10^6 points (m = 64) such a sweep
-    takes 0.34-0.36 s where it took 1.00 s; the sds of ``f`` at 500 held-out points moved by
+    takes 0.20 s (the first, storing, 0.80 s); the sds of ``f`` at 500 held-out points moved by
     1e-8 at most, those of ``u`` by 1.5e-6, against a polish that formed the projections
     at every sweep (``reports/sbsvm_response``)."""
     m, N = Z.shape[0], data.X.shape[0]
@@ -384,11 +386,14 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
             weights.append(data.gamma * alpha**-1.5 * (1.0 - yc * m_f) ** 2)
         single = PsiT.astype(jnp.float32) if store else PsiT
         D = jnp.where(own, jnp.stack(weights), 0.0).astype(single.dtype)
-        sums = ((D[:, None, :] * single).reshape(-1, size_) @ single.T).astype(theta.dtype)
-        g1 = single @ jnp.where(own, yc * (1.0 + 1.0 / root), 0.0).astype(single.dtype)
-        g1, G2, square, terms = acc[0] + g1.astype(theta.dtype), acc[1] + sums[:m], *acc[2:4]
+        # g1's weights as a last row of their own: one product and one pass over Psi (a
+        # separate product Psi g took 0.04-0.09 s more a sweep at 10^6 points, m = 64)
+        g = jnp.where(own, yc * (1.0 + 1.0 / root), 0.0).astype(single.dtype)
+        left = jnp.concatenate([(D[:, None, :] * single).reshape(-1, size_), g[None]])
+        sums = (left @ single.T).astype(theta.dtype)
+        g1, G2, square, terms = acc[0] + sums[-1], acc[1] + sums[:m], *acc[2:4]
         if metric or mean_block:
-            square = square + sums[m:]
+            square = square + sums[m:-1]
         if metric:
             data_terms = elbo_mod.collapsed_data_term(m_f, s_f, yc, data.gamma)
             terms = terms + jnp.sum(jnp.where(own, data_terms, 0.0))

@@ -515,11 +515,14 @@ def test_the_polish_coupled_to_the_covariance_reaches_the_same_fixed_point_soone
     m = 10
     kernel, st, data = _engine_state(X, y, m, monkeypatch)
 
-    @functools.partial(jax.jit, static_argnames=("tol", "rows"))
-    def polish(theta, order, tol, rows):
-        coupling = None if rows == 0 else (order, jnp.asarray(rows), 50)
+    @functools.partial(jax.jit, static_argnames="coupled")  # tolerance and rows traced
+    def run(theta, order, tol, rows, coupled):
+        coupling = (order, rows, 50) if coupled else None
         return sbsvm_response._polish(kernel, st.params, st.Z, st.chol_Kmm, data, theta, 500,
                                       tol, coupling)
+
+    def polish(theta, order, tol, rows):
+        return run(theta, order, jnp.asarray(tol), jnp.asarray(rows, jnp.int32), rows > 0)
 
     with jax.enable_x64(True):
         theta0 = lrvb.pack(st.eta1, 0.5 * (st.prec + st.prec.T))

@@ -231,7 +231,9 @@ def response_bytes(n: int, m: int) -> int:
     (:func:`_series_pass`: ``B_0``, the last product, its halves, ``Y``, ``dB_1``: 8) and the
     operand ``(m, m^2)``, a chunk's products (``chunk (m^2 + Pq)``, twice); in ``n x n``
     form, four ``n x n`` matrices (``H``, ``M``, its factor, a product). The moments' ``P x P``
-    matrices (:func:`moments_bytes`), the fallback, are not counted."""
+    matrices (:func:`moments_bytes`), the fallback, are not counted, nor the polish's stored
+    projections (:func:`projection_bytes`), which it keeps only where they fit
+    (:func:`stores_projections`)."""
     if uses_dense(n, m):
         return FLOAT * 4 * n * n
     if not uses_series(n, m):
@@ -502,7 +504,9 @@ def _polish(kernel, params, Z, chol_Kmm, data, theta, max_iter: int, tol: float 
     ``tol``, or ``max_iter`` steps): ``(theta*, sweeps, residual)``, ``sweeps``
     the passes over the rows (the one at ``theta`` included), ``residual`` the relative change
     of a sweep at ``theta*`` (from the last one: no extra pass); with ``marginals`` a fourth,
-    the latent marginals at every row under the starting ``theta`` (from its sweep).
+    the latent marginals at every row under the starting ``theta`` (from its sweep); with
+    ``store`` last the :class:`_Projections` that sweep stored, which the later sweeps use
+    (:func:`_sweep`: for a subsample's tolerance only).
 
     **Preconditioned Anderson.** In the coordinates of :func:`_whiten` about ``theta``'s own
     precision factor, the Jacobian of the sweep at its fixed point is exactly the response's

@@ -133,7 +133,7 @@ def _projections(kernel, params, Z, chol_Kmm, Xb):
     """``Psi_b^T = L^{-1} K_mb`` and ``ktilde_i = k_ii - |psi_i|^2`` (clipped at 0) of the
     rows ``Xb`` (:func:`_psi_form`)."""
     Kmb = kernel.K(params, Z, Xb)
-    if _uses_gemm(Z, Xb):
+    if _uses_gemm(Xb.shape[0], Z.shape[0]):
         eye = jnp.eye(Z.shape[0], dtype=Kmb.dtype)
         PsiT = solve_triangular(chol_Kmm, eye, lower=True) @ Kmb
     else:
@@ -147,7 +147,7 @@ def _marginals_of(PsiT, ktilde, mean, chol_P):
     ``Psi^T`` (``s_i`` in ``ktilde``'s): ``P_L^{-1} Psi^T`` as a product with the explicit
     inverse for many rows (:func:`_psi_form`)."""
     m, dtype = PsiT.shape[0], PsiT.dtype
-    if PsiT.shape[1] >= GEMM_MIN_RATIO * m:  # one pass over Psi for the means and V
+    if _uses_gemm(PsiT.shape[1], m):  # one pass over Psi for the means and V
         inverse = solve_triangular(chol_P, jnp.eye(m, dtype=chol_P.dtype), lower=True)
         out = jnp.concatenate([inverse, mean[None]]).astype(dtype) @ PsiT
         V, m_f = out[:m], out[m]
@@ -182,16 +182,16 @@ def _kernel_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb):
     return Kmb.T @ (Linv.T @ mean), jnp.maximum(s, 0.0)
 
 
-def _uses_gemm(Z, Xb) -> bool:
-    """Whether rows ``Xb`` are many enough (``GEMM_MIN_RATIO`` per inducing point) for
-    products with explicit inverses to beat triangular solves."""
-    return Xb.shape[0] >= GEMM_MIN_RATIO * Z.shape[0]
+def _uses_gemm(rows: int, m: int) -> bool:
+    """Whether ``rows`` rows are many enough (``GEMM_MIN_RATIO`` per inducing point, ``m``)
+    for products with explicit inverses to beat triangular solves."""
+    return rows >= GEMM_MIN_RATIO * m
 
 
 def _batch_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, Xb):
     """Latent marginals ``(m, s)`` of the rows ``Xb`` under ``q(v)``: :func:`_kernel_form`
     for at least ``GEMM_MIN_RATIO m`` rows, else :func:`_psi_form`'s solves."""
-    if _uses_gemm(Z, Xb):
+    if _uses_gemm(Xb.shape[0], Z.shape[0]):
         return _kernel_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb)
     return _psi_form(kernel, params, Z, chol_Kmm, mean, chol_P, Xb)[1:]
 

@@ -364,20 +364,13 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
     mean, chol_P = gaussian_from_precision(*lrvb.unpack(theta, m))
     n_chunks, size_ = _chunks(N, PASS_CHUNK)
 
-    def chunk(i):
-        start = jnp.minimum(i * size_, N - size_)
-        rows = start + jnp.arange(size_)
-        own = (rows >= i * size_) & (rows < data.n)
-        yc = jax.lax.dynamic_slice_in_dim(data.y, start, size_)
-        if stored is None:
-            Xc = jax.lax.dynamic_slice_in_dim(data.X, start, size_)
-            PsiT, ktilde = _projections(kernel, params, Z, chol_Kmm, Xc)
-        else:
-            PsiT, ktilde = stored.PsiT[i], stored.ktilde[i]
-        return start, PsiT, ktilde, yc, own
-
     def body(i, acc):
-        start, PsiT, ktilde, yc, own = chunk(i)
+        start = jnp.minimum(i * size_, N - size_)
+        Xc, yc, own = _chunk_rows(data.X, data.y, i, size_, data.n)
+        if stored is None:
+            PsiT, ktilde = _projections(kernel, params, Z, chol_Kmm, Xc)
+        else:  # Xc unused: its slice is dead code to XLA
+            PsiT, ktilde = stored.PsiT[i], stored.ktilde[i]
         m_f, s_f = _marginals_of(PsiT, ktilde, mean, chol_P)
         alpha = elbo_mod.optimal_alpha(m_f, s_f, yc)
         root = jnp.sqrt(alpha)

@@ -37,7 +37,7 @@ def test_batch_marginals_and_statistics_both_forms_match_the_definition(b):
         mean, chol_P = gaussian_from_precision(jnp.asarray(eta1), jnp.asarray(prec))
         args = (KERNEL, params, jnp.asarray(Z), chol_K, mean, chol_P, jnp.asarray(Xb))
         gemm = b >= sbsvm_marginals.GEMM_MIN_RATIO * m
-        assert sbsvm_marginals._uses_gemm(args[2], args[-1]) == gemm
+        assert sbsvm_marginals._uses_gemm(b, m) == gemm
         m_f, s_f = sbsvm_marginals._batch_marginals(*args)
         st = sbsvm._local_statistics(*args, jnp.asarray(yb), 1.0)
         Kmb = np.asarray(KERNEL.K(params, jnp.asarray(Z), jnp.asarray(Xb)))

@@ -1,4 +1,4 @@
-"""S-BSVM's uncertainty against the exact GP Gibbs sampler at 2,000 to 10,000 points (issue 35).
+"""S-BSVM's uncertainty against the exact GP Gibbs sampler at 2,000 to 20,000 points (issue 35).
 
 For each ``n``: the ``susy`` generator (18 features, standardised with the training rows'
 statistics), ``n`` training points and 500 held out. The RBF kernel's hyperparameters are
@@ -9,8 +9,9 @@ conditionals ``N(m_s(x*), v_s(x*))``, and its convergence is judged on the draws
 ``m_s(x*)`` (the smallest bulk ESS and largest R-hat over the 500 test points; the
 conditional noise ``v_s`` only adds independent variation, so these are the conservative
 numbers). The chains are extended (``ppl_bsvm.resume``) until that smallest bulk ESS reaches
-:data:`ESS_TARGET` or the draws :data:`DRAWS_MAX` per chain; the reference's draws are kept in
-``cache/`` (git-ignored), so that ``--reuse`` adds candidates without sampling again.
+:data:`ESS_TARGET` or the draws ``--draws-max`` per chain (:data:`DRAWS_MAX`); the reference's
+draws are kept in ``cache/`` (git-ignored), so that ``--reuse`` adds candidates without
+sampling again.
 
 Candidates: S-BSVM with ``m`` inducing points (k-means), mean-field and with linear response
 (where the library's memory estimate allows it, :func:`candidates`); and at the same
@@ -30,6 +31,7 @@ Each ``n`` runs in a process of its own, so that its peak memory is its own::
 
     python -m benchmarks.sbsvm_truth --sizes 2000 5000 10000 --nuts 2000
     python -m benchmarks.sbsvm_truth --sizes 10000 --reuse     # new candidates, same reference
+    python -m benchmarks.sbsvm_truth --sizes 20000 --draws 1000 --draws-max 1000  # 1.5 hours
     python -m benchmarks.sbsvm_truth --sizes --scale 20000 --warmup 50 --draws 50
 
 ``--report`` rebuilds ``README.md`` and the figure from the ``n*.json`` files.
@@ -298,7 +300,7 @@ def candidates(X, y, X_test, y_test, kernel, ref: dict, m_values) -> list[dict]:
 
 
 def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
-        cache: Path | None = None, reuse: bool = False) -> dict:
+        cache: Path | None = None, reuse: bool = False, draws_max: int = DRAWS_MAX) -> dict:
     X, y, X_test, y_test = problem(n)
     t0 = time.perf_counter()
     kernel = learned_kernel(X, y)
@@ -309,7 +311,7 @@ def run(n: int, warmup: int, draws: int, m_values, nuts: bool = False,
                 "warmup": warmup, "draws": draws, "machine": machine_note()}
     ref = load_reference(cache, kernel) if reuse and cache is not None else None
     if ref is None:
-        ref = reference(X, y, X_test, kernel, warmup, draws)
+        ref = reference(X, y, X_test, kernel, warmup, draws, draws_max=draws_max)
         ref["peak_rss_mb"] = peak_rss_mb()  # before the candidates: the reference run's
         if cache is not None:
             save_reference(ref, kernel, cache)
@@ -374,13 +376,15 @@ def scale_name(n: int, warmup: int, draws: int, overrelax: float) -> str:
 
 
 def _child(n: int, warmup: int, draws: int, m_values, out: Path, nuts: bool = False,
-           reuse: bool = False, scaling: bool = False, overrelax: float | None = None):
+           reuse: bool = False, scaling: bool = False, overrelax: float | None = None,
+           draws_max: int = DRAWS_MAX):
     cmd = [sys.executable, "-m", "benchmarks.sbsvm_truth", "--child", str(n),
            "--warmup", str(warmup), "--draws", str(draws),
            "--m", *map(str, m_values), "--out", str(out)] + (["--nuts-child"] if nuts else [])
     cmd += ["--reuse"] if reuse else []
     cmd += ["--scale-child"] if scaling else []
     cmd += [] if overrelax is None else ["--overrelax", str(overrelax)]
+    cmd += ["--draws-max", str(draws_max)]
     subprocess.run(cmd, check=True)
 
 
@@ -391,6 +395,17 @@ def _load(machine: str) -> str:
 
 def _fmt(x, spec=".3f"):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+
+
+def _short(results) -> str:
+    """The references that stopped at their ``--draws-max`` below :data:`ESS_TARGET`, as a
+    clause of the report's sentence ("" when none did)."""
+    short = [r for r in results if r["reference"]["ess_bulk_min_f_test"] < ESS_TARGET]
+    if not short:
+        return ""
+    return " or its draws per chain reach `--draws-max`, as at n = " + ", ".join(
+        f"{r['n']} ({r['reference']['draws']} draws per chain, smallest bulk ESS "
+        f"{r['reference']['ess_bulk_min_f_test']:.0f})" for r in short)
 
 
 def write_report(out: Path) -> None:
@@ -423,10 +438,11 @@ def write_report(out: Path) -> None:
                               "smallest bulk ESS, f at training points", "peak RSS GB",
                               "lengthscale", "test error"], rows), "",
               f"Each reference runs until the smallest bulk ESS at the test points is "
-              f"{ESS_TARGET} (its draws extended by `ppl_bsvm.resume`). Its wall time and peak "
-              "RSS are the whole process's through the extensions (a resumed run holds the "
-              "earlier fit while it extends it) and the predictor over every draw; the "
-              "sampler's own, at a fixed number of draws, are in the last table.", ""]
+              f"{ESS_TARGET} (its draws extended by `ppl_bsvm.resume`){_short(results)}. Its "
+              "wall time and peak RSS are the whole process's through the extensions (a "
+              "resumed run holds the earlier fit while it extends it) and the predictor over "
+              "every draw; the sampler's own, at a fixed number of draws, are in the last "
+              "table.", ""]
     lines += ["## The candidates against it", "",
               "S-BSVM at each number of inducing points m, then the other engines at the same "
               "hyperparameters (B-BSVM and ECM up to "
@@ -570,6 +586,9 @@ def main(argv=None) -> int:
                              "(time and memory; no candidates)")
     parser.add_argument("--overrelax", type=float, default=None,
                         help="Adler's coefficient of the --scale runs (default: the library's)")
+    parser.add_argument("--draws-max", type=int, default=DRAWS_MAX,
+                        help="most draws per chain of the reference's extensions (default "
+                             f"{DRAWS_MAX}); equal to --draws for no extension")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nuts-child", action="store_true", help=argparse.SUPPRESS)
@@ -583,13 +602,15 @@ def main(argv=None) -> int:
     if args.child is not None:
         nuts = args.nuts_child
         result = run(args.child, args.warmup, args.draws, args.m, nuts=nuts,
-                     cache=args.out / "cache" / f"reference{args.child}.npz", reuse=args.reuse)
+                     cache=args.out / "cache" / f"reference{args.child}.npz", reuse=args.reuse,
+                     draws_max=args.draws_max)
         name = f"nuts{args.child}.json" if nuts else f"n{args.child}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
         return 0
     if not args.report:
         for n in args.sizes:
-            _child(n, args.warmup, args.draws, args.m, args.out, reuse=args.reuse)
+            _child(n, args.warmup, args.draws, args.m, args.out, reuse=args.reuse,
+                   draws_max=args.draws_max)
             write_report(args.out)
         for n in args.nuts:
             _child(n, args.warmup, args.draws, args.m, args.out, nuts=True)

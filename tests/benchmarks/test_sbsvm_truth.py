@@ -148,3 +148,13 @@ def test_the_truth_report_names_each_engine_and_its_covariance(tmp_path):
     assert "| 2000 | ECM | - | - | f given the MAP's lambda | 1.000 |" in text
     assert "| 2000 | ADVI | 128 | - | NumPyro's mvn guide on u | 1.000 |" in text
     assert (tmp_path / "sd_ratio_coverage.png").exists()
+
+
+def test_the_report_names_a_reference_that_stopped_short_of_the_ess_target():
+    def result(n, draws, ess):
+        return {"n": n, "reference": {"draws": draws, "ess_bulk_min_f_test": ess}}
+
+    assert sbsvm_truth._short([result(2000, 800, 1177.0)]) == ""
+    clause = sbsvm_truth._short([result(2000, 800, 1177.0), result(20000, 1000, 870.4)])
+    assert clause == (" or its draws per chain reach `--draws-max`, as at n = 20000 (1000 draws "
+                      "per chain, smallest bulk ESS 870)")

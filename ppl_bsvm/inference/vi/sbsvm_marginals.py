@@ -38,11 +38,16 @@ def _chunks(n: int, chunk: int):
     return -(-n // size), size
 
 
+def _chunk_start(i, size, N):
+    """First row of chunk ``i`` of ``size`` rows out of ``N``: ``min(i size, N - size)`` (the
+    last chunk overlaps its predecessor instead of being padded)."""
+    return jnp.minimum(i * size, N - size)
+
+
 def _chunk_rows(X, y, i, size, n):
-    """Chunk ``i``: rows ``[start, start + size)`` with ``start = min(i size, N - size)`` (the last
-    chunk overlaps its predecessor instead of being padded) and the mask of the rows it owns
-    among the first ``n`` (the rest is padding)."""
-    start = jnp.minimum(i * size, X.shape[0] - size)
+    """Chunk ``i``: rows ``[start, start + size)`` from :func:`_chunk_start` and the mask of the
+    rows it owns among the first ``n`` (the rest is padding or its predecessor's)."""
+    start = _chunk_start(i, size, X.shape[0])
     Xc = jax.lax.dynamic_slice_in_dim(X, start, size)
     yc = jax.lax.dynamic_slice_in_dim(y, start, size)
     rows = start + jnp.arange(size)
@@ -98,11 +103,9 @@ def _training_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, data):
     n_chunks, size = _chunks(N, PASS_CHUNK)
 
     def body(i, out):
-        start = jnp.minimum(i * size, N - size)
-        Xc = jax.lax.dynamic_slice_in_dim(data.X, start, size)
-        yc = jax.lax.dynamic_slice_in_dim(data.y, start, size)
+        Xc, yc, _ = _chunk_rows(data.X, data.y, i, size, data.n)
         m, s = _batch_marginals(kernel, params, Z, chol_Kmm, mean, chol_P, Xc)
-        return _put_marginals(out, start, m, s, yc, data.gamma)
+        return _put_marginals(out, _chunk_start(i, size, N), m, s, yc, data.gamma)
 
     return jax.lax.fori_loop(0, n_chunks, body, _no_marginals(N, data.X.dtype))
 

@@ -76,7 +76,7 @@ from . import elbo as elbo_mod
 from . import fixed_point, lrvb
 from ._svi import BatchStatistics, target_from_statistics
 from .sbsvm_defaults import default_polish, inducing_count
-from .sbsvm_marginals import (PASS_CHUNK, _chunk_rows, _chunks, _final_q, _FinalQ,
+from .sbsvm_marginals import (PASS_CHUNK, _chunk_rows, _chunk_start, _chunks, _final_q, _FinalQ,
                                _marginals_of, _no_marginals, _projections, _psi_form,
                                _put_marginals)
 
@@ -365,7 +365,6 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
     n_chunks, size_ = _chunks(N, PASS_CHUNK)
 
     def body(i, acc):
-        start = jnp.minimum(i * size_, N - size_)
         Xc, yc, own = _chunk_rows(data.X, data.y, i, size_, data.n)
         if stored is None:
             PsiT, ktilde = _projections(kernel, params, Z, chol_Kmm, Xc)
@@ -394,7 +393,7 @@ def _sweep(kernel, params, Z, chol_Kmm, data, theta, metric: bool = False,
             terms = terms + jnp.sum(jnp.where(own, data_terms, 0.0))
         out = acc[4]
         if marginals:
-            out = _put_marginals(out, start, m_f, s_f, yc, data.gamma)
+            out = _put_marginals(out, _chunk_start(i, size_, N), m_f, s_f, yc, data.gamma)
         projections = acc[5]
         if store:
             projections = _Projections(projections.PsiT.at[i].set(single),
@@ -912,8 +911,7 @@ def _stored_variances(stored: _Projections, chol_prec, N: int):
 
     def body(i, out):
         s_f = _marginals_of(stored.PsiT[i], stored.ktilde[i], mean, chol_prec)[1]
-        return jax.lax.dynamic_update_slice_in_dim(out, s_f, jnp.minimum(i * size_, N - size_),
-                                                   0)
+        return jax.lax.dynamic_update_slice_in_dim(out, s_f, _chunk_start(i, size_, N), 0)
 
     return jax.lax.fori_loop(0, n_chunks, body, jnp.zeros(N, stored.ktilde.dtype))
 

@@ -34,7 +34,7 @@ from ._serial import Unsaved
 from .engine import Approximation, Options
 from .data import Problem, check_X_y
 from .exceptions import warn_max_iter
-from .kernels import get_kernel
+from .kernels import get_kernel, program_kernel
 from .result import Fit, breakdown_hint, load
 
 __all__ = ["MODELS", "fit", "resume", "register", "list_methods", "describe", "get_engine"]
@@ -544,8 +544,8 @@ def _run_segments(engine, problem, key, kernel, config, shared, previous, checkp
                   start) -> Fit:
     """The engine's run, in segments of ``every`` iterations when checkpointing."""
     kwargs = {"key": key}
-    if engine.uses_kernel:
-        kwargs["kernel"] = kernel
+    if engine.uses_kernel:  # programs keyed by the kernel's structure, not its starting values
+        kwargs["kernel"] = program_kernel(kernel)
     total = getattr(config, engine.budget) if engine.budget is not None else None
     done = 0 if previous is None else previous.checkpoint.n_iter
     while True:

@@ -208,3 +208,46 @@ def test_distances_far_beyond_the_lengthscale_are_infinite_not_nan():
         d2 = np.asarray(kernels._sq_dist(A, A[:4] * 3.0))
         exact = ((np.asarray(A)[:, None] - 3.0 * np.asarray(A)[None, :4]) ** 2).sum(-1)
         np.testing.assert_allclose(d2, exact, rtol=1e-13)
+
+
+@pytest.mark.parametrize(("given", "other", "distinct"), [
+    (kernels.RBF(lengthscale=1.5, variance=2.0), kernels.RBF(lengthscale=0.3),
+     kernels.RBF(ard=True)),
+    (kernels.Matern32(lengthscale=(1.0, 2.0, 3.0), ard=True), kernels.Matern32(ard=True),
+     kernels.Matern32()),
+    (kernels.Polynomial(degree=3, scale=0.5, offset=2.0), kernels.Polynomial(degree=3),
+     kernels.Polynomial(degree=2)),
+    (kernels.RBF(lengthscale=2.0) + 0.5 * kernels.Linear(variance=3.0),
+     kernels.RBF() + 2.0 * kernels.Linear(), kernels.RBF() + kernels.Linear()),
+])
+def test_the_program_kernel_keeps_the_structure_and_forgets_the_starting_values(
+        given, other, distinct, X):
+    """Programs key on ``program_kernel``: equal (one compiled program) for any starting values,
+    distinct for another structure (class, ``ard``, ``degree``, the terms); the same ``K`` and
+    ``diag`` at the same hyperparameters, which ``init_params`` still starts at the given
+    values."""
+    program = kernels.program_kernel(given)
+    assert program == kernels.program_kernel(other)
+    assert hash(program) == hash(kernels.program_kernel(other))
+    assert program != kernels.program_kernel(distinct)
+    assert type(program) is type(given) and given != other  # the user's kernels are as they were
+    params = given.init_params(X)
+    flat = lambda tree: jax.flatten_util.ravel_pytree(tree)[0]  # noqa: E731
+    np.testing.assert_array_equal(flat(program.init_params(X)), flat(params))
+    np.testing.assert_array_equal(program.K(params, X, X[:3]), given.K(params, X, X[:3]))
+    np.testing.assert_array_equal(program.diag(params, X), given.diag(params, X))
+    assert program.constrain(params).keys() == given.constrain(params).keys()
+
+
+def test_a_kernel_class_of_the_users_is_its_own_program_kernel():
+    """A subclass outside ppl_bsvm may read its fields in ``K``: it is never rewritten."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Shifted(kernels.RBF):
+        shift: float = 0.0
+
+    k = Shifted(lengthscale=2.0, shift=1.0)
+    assert kernels.program_kernel(k) is k
+    default = kernels.RBF()
+    assert kernels.program_kernel(default) is default

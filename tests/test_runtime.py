@@ -235,16 +235,25 @@ def _problem(n, seed=0):
     ("linear", "nuts", {"num_samples": 50, "num_warmup": 50, "num_chains": 2}),
 ])
 def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, method, options):
+    """Nor does another kernel of the same structure (``kernels.program_kernel``): the GP
+    engines' second fit starts from lengthscale 2.5 instead of 1.5 and compiled every program
+    again before; it starts from 2.5, with the probabilities of the same fit made first."""
     X1, y1 = _problem(60, seed=1)
     X2, y2 = _problem(60, seed=2)
-    kernel = {} if model == "linear" else {"kernel": kernels.RBF(lengthscale=1.5)}
+    first_kernel, kernel = ({}, {}) if model == "linear" else (
+        {"kernel": kernels.RBF(lengthscale=1.5)}, {"kernel": kernels.RBF(lengthscale=2.5)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short chains: R-hat
-        first = ppl_bsvm.fit(X1, y1, model=model, method=method, **kernel, **options)
+        first = ppl_bsvm.fit(X1, y1, model=model, method=method, **first_kernel, **options)
         first.predict_proba(X1[:7])
         with _compilations() as count:
             again = ppl_bsvm.fit(X2, y2, model=model, method=method, seed=3, **kernel, **options)
-            again.predict_proba(X2[:5])  # another test size in the same bucket (8 rows)
+            p = again.predict_proba(X2[:5])  # another test size in the same bucket (8 rows)
+        if model == "gp":
+            assert again.kernel == kernels.RBF(lengthscale=2.5)
+            assert float(again.hyperparameters["lengthscale"]) == 2.5  # none of these learns it
+            alone = ppl_bsvm.fit(X2, y2, model=model, method=method, seed=3, **kernel, **options)
+            np.testing.assert_array_equal(alone.predict_proba(X2[:5]), p)
     assert count[0] == 0
 
 

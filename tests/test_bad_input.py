@@ -14,6 +14,7 @@ import pytest
 import ppl_bsvm
 from ppl_bsvm.estimators import BayesianSVC
 from ppl_bsvm.kernels import RBF, Sigmoid
+from tests._shared import small_problem
 
 CHEAP = {
     "ecm": {"max_iter": 50},
@@ -26,10 +27,7 @@ CHEAP = {
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(40, 2))
-    y = np.where(X[:, 0] + 0.3 * rng.normal(size=40) > 0, 1, 0)
-    return X, y
+    return small_problem()
 
 
 @pytest.fixture(scope="module")

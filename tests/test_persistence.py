@@ -13,6 +13,7 @@ import xarray as xr
 import ppl_bsvm
 from ppl_bsvm.result import Fit
 from tests._saved import rewrite, saved_file
+from tests._shared import small_problem
 
 # Short runs of every engine family: (model, method, options).
 SAVED = [
@@ -34,13 +35,10 @@ SAVED = [
 
 @pytest.fixture(scope="module")
 def small():
-    """Training data of test_bad_input's shape (40 x 2), and 30 test rows: with the options
-    above where they are static (ADVI's window, BCSVM's modules), the fits load most of their
-    programs from that module's."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(70, 2))
-    y = np.where(X[:, 0] + 0.3 * rng.normal(size=70) > 0, 1, 0)
-    return X[:40], y[:40], X[40:]
+    """The shared problem (``tests/_shared.py``) and 30 test rows: with its static options
+    (ADVI's window, BCSVM's modules) the fits load most of their programs from the other
+    modules'."""
+    return small_problem(n_test=30)
 
 
 def _fit(small, model, method, options, **extra):

@@ -12,14 +12,12 @@ from scipy.special import expit
 import ppl_bsvm
 from ppl_bsvm import _pointwise
 from ppl_bsvm.data import design_matrix
+from tests._shared import small_problem
 
 
 @pytest.fixture(scope="module")
 def data():
-    """test_bad_input's data (40 x 2): the engines' programs compile once for both modules."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(40, 2))
-    return X, np.where(X[:, 0] + 0.3 * rng.normal(size=40) > 0, 1, 0)
+    return small_problem()  # tests/_shared.py: programs shared with the other modules
 
 
 @pytest.fixture(scope="module")

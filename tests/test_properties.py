@@ -30,10 +30,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import ppl_bsvm
+from tests._shared import D, N  # the one valid training shape, shared (tests/_shared.py)
 
-N, D = 40, 2
-"""The one valid training shape, that of ``test_bad_input``'s data: engines compile once per
-shape and static options, and the options below are that module's where they are static."""
+# The options below are the shared problem's where they are static: engines compile once.
 
 CHEAP = {
     ("gp", "advi"): {"max_iter": 5, "window": 10},

@@ -238,7 +238,7 @@ def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, m
     """Nor does another kernel of the same structure (``kernels.program_kernel``): the GP
     engines' second fit starts from lengthscale 2.5 instead of 1.5 and compiled every program
     again before; it starts from 2.5, with the probabilities of the same fit made first."""
-    # test_bad_input's shape (40 x 2) and static options: most programs load from its fits
+    # the shared problem's shape and static options (tests/_shared.py): programs load
     X1, y1 = _problem(40, seed=1, d=2)
     X2, y2 = _problem(40, seed=2, d=2)
     first_kernel, kernel = ({}, {}) if model == "linear" else (

@@ -1,0 +1,23 @@
+"""The small problem that the tests which fit engine after engine share.
+
+A cold run of the suite is mostly compilation, one set of programs per (engine, static
+options, shape) (``tests/README.md``). ``test_bad_input``, ``test_properties``,
+``test_persistence``, ``test_pointwise`` and ``test_runtime``'s second-fit test fit their
+engines on this shape with the same static options (ADVI's ``window=10``, S-BSVM's
+``num_inducing=10``, BCSVM's modules of 20, 50 stored draws), so each engine compiles once
+for all of them and the others load its programs from the persistent cache.
+"""
+
+import numpy as np
+
+N, D = 40, 2
+"""Training rows and features of the shared problem."""
+
+
+def small_problem(n_test: int = 0, seed: int = 0):
+    """``(X, y)``, ``N x D`` standard normal inputs and 0/1 labels from the sign of
+    ``x_1 + 0.3 noise``; with ``n_test > 0`` also ``X_test``, ``n_test`` more rows."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N + n_test, D))
+    y = np.where(X[:N, 0] + 0.3 * rng.normal(size=N) > 0, 1, 0)
+    return (X[:N], y) if n_test == 0 else (X[:N], y, X[N:])

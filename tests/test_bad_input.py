@@ -14,7 +14,7 @@ import pytest
 import ppl_bsvm
 from ppl_bsvm.estimators import BayesianSVC
 from ppl_bsvm.kernels import RBF, Sigmoid
-from tests._shared import small_problem
+from tests._shared import D, N, small_problem
 
 CHEAP = {
     "ecm": {"max_iter": 50},
@@ -239,20 +239,20 @@ def test_predictions_come_back_in_user_labels(data, to_labels):
 @pytest.mark.parametrize("method", ["ecm", "vi", "svi", "gibbs"])
 def test_very_imbalanced_classes(method):
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(40, 2))  # the data fixture's shape: the programs compile once
-    y = np.zeros(40, dtype=int)
+    X = rng.normal(size=(N, D))  # the data fixture's shape: the programs compile once
+    y = np.zeros(N, dtype=int)
     y[:2] = 1  # 2 positives out of 40
     fit = ppl_bsvm.fit(X, y, model="gp", method=method, **CHEAP[method])
-    p = fit.predict_proba(np.vstack([X, rng.normal(size=(20, 2))]))
+    p = fit.predict_proba(np.vstack([X, rng.normal(size=(20, D))]))
     assert np.all(np.isfinite(p)) and np.all((p >= 0) & (p <= 1))
-    assert np.mean(p[:40]) < 0.5  # the majority class dominates
+    assert np.mean(p[:N]) < 0.5  # the majority class dominates
 
 
 @pytest.mark.parametrize("method", ["ecm", "vi"])
 def test_very_imbalanced_linear(method):
     rng = np.random.default_rng(2)
-    X = rng.normal(size=(40, 2))  # the data fixture's shape: the programs compile once
-    y = np.zeros(40, dtype=int)
+    X = rng.normal(size=(N, D))  # the data fixture's shape: the programs compile once
+    y = np.zeros(N, dtype=int)
     y[:2] = 1
     p = ppl_bsvm.fit(X, y, model="linear", method=method).predict_proba(X)
     assert np.all(np.isfinite(p)) and np.mean(p) < 0.5

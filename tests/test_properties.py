@@ -32,7 +32,9 @@ from hypothesis import strategies as st
 import ppl_bsvm
 from tests._shared import D, N  # the one valid training shape, shared (tests/_shared.py)
 
-# The options below are the shared problem's where they are static: engines compile once.
+# Where another module fits an engine on the shared problem, the options below are its options
+# where they are static (ADVI's window, inducing points, BCSVM's modules, chains, draws):
+# those engines compile once for all of them.
 
 CHEAP = {
     ("gp", "advi"): {"max_iter": 5, "window": 10},
@@ -66,7 +68,7 @@ CHEAP = {
     ("sparse_gp", "svgp"): {"max_iter": 5, "num_inducing": 3},
     ("sparse_gp", "svi"): {"max_iter": 5, "num_inducing": 3},
 }
-DRAWS = {"num_draws": 50}  # where an engine takes it (test_bad_input's number)
+DRAWS = {"num_draws": 50}  # where an engine takes it (the other modules' number)
 
 EXAMPLES = int(os.environ.get("PPL_BSVM_HYPOTHESIS_EXAMPLES", "6"))
 

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import ppl_bsvm
 from ppl_bsvm import _progress, _runtime, kernels
 from ppl_bsvm.exceptions import ConvergenceWarning
+from tests._shared import small_problem
 
 
 def _blas_threads():
@@ -218,9 +219,9 @@ def _compilations():
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
-def _problem(n, seed=0, d=3):
+def _problem(n, seed=0):
     r = np.random.default_rng(seed)
-    X = r.standard_normal((n, d))
+    X = r.standard_normal((n, 3))
     return X, np.where(X[:, 0] - X[:, 1] + 0.5 * r.standard_normal(n) > 0, 1.0, -1.0)
 
 
@@ -236,11 +237,12 @@ def _problem(n, seed=0, d=3):
 ])
 def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, method, options):
     """Nor does another kernel of the same structure (``kernels.program_kernel``): the GP
-    engines' second fit starts from lengthscale 2.5 instead of 1.5 and compiled every program
-    again before; it starts from 2.5, with the probabilities of the same fit made first."""
-    # the shared problem's shape and static options (tests/_shared.py): programs load
-    X1, y1 = _problem(40, seed=1, d=2)
-    X2, y2 = _problem(40, seed=2, d=2)
+    engines' second fit starts from lengthscale 2.5 instead of 1.5, which compiled every
+    program again before. The programs shared with the 1.5 fit must not carry its start: the
+    fit reports 2.5, and a repeat of it gives the same probabilities."""
+    # the shared problem (tests/_shared.py) and its static options: the programs load
+    X1, y1 = small_problem(seed=1)
+    X2, y2 = small_problem(seed=2)
     first_kernel, kernel = ({}, {}) if model == "linear" else (
         {"kernel": kernels.RBF(lengthscale=1.5)}, {"kernel": kernels.RBF(lengthscale=2.5)})
     with warnings.catch_warnings():

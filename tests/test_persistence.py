@@ -143,6 +143,31 @@ def test_extending_a_saved_sampler_run_equals_the_longer_run(small, tmp_path, mo
     assert resumed.idata.sample_stats.sizes["draw"] == 50  # the sampler's fields appended
 
 
+@pytest.mark.parametrize("fresh", ["new session", "jax.clear_caches"])
+def test_nuts_resumes_in_a_new_session_and_runs_after_jax_clears_its_caches(
+        small, tmp_path, monkeypatch, fresh):
+    """NumPyro's NUTS keeps settings from its ``init``: a saved run resumed where no ``init``
+    had run (a new session: none of the driver's programs built) stopped at NumPyro's
+    "``init`` must be called before ``sample``", and after ``jax.clear_caches()`` (which the
+    library calls near the limit on memory mappings) the next fit failed inside ``vmap``.
+    Both now give the uninterrupted run (the options of the test above: its programs)."""
+    from ppl_bsvm.inference.mcmc import driver
+
+    X, y, Xt = small
+    options = {"num_warmup": 30, "num_chains": 2}
+    whole = _fit(small, "linear", "nuts", {"num_samples": 50, **options})
+    path = _fit(small, "linear", "nuts", {"num_samples": 20, **options}).save(tmp_path / "p")
+    if fresh == "new session":
+        monkeypatch.setattr(driver, "_PROGRAMS", type(driver._PROGRAMS)())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            again = ppl_bsvm.resume(ppl_bsvm.load(path), X, y, num_samples=50)
+    else:
+        jax.clear_caches()
+        again = _fit(small, "linear", "nuts", {"num_samples": 50, **options})
+    _assert_same_fit(whole, again, Xt)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model,method,budget,total,options", RESUMABLE,
                          ids=[f"{m}-{meth}" for m, meth, *_ in RESUMABLE])

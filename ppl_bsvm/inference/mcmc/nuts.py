@@ -150,27 +150,46 @@ def _resolve_hyperpriors(hyperpriors, kernel, params):
 
 
 def _chain_kernel(model, static, nuts_options: dict, num_warmup: int) -> ChainKernel:
-    """NumPyro's NUTS for the driver, a fresh kernel per compiled program: its ``init`` (traced
-    once) sets the sampler's settings, and ``sample``, ``postprocess_fn`` read the model's
-    arguments as traced inputs (``dynamic_args``)."""
-    kernel = nuts_kernel(model, **nuts_options)
+    """NumPyro's NUTS for the driver: ``sample`` and ``postprocess_fn`` read the model's
+    arguments as traced inputs (``dynamic_args``).
+
+    NumPyro's HMC keeps Python-side settings from its ``init``: its sample function, wrapped
+    in ``vmap`` over the chains there. A second ``init`` of the same kernel wraps it again, so
+    every ``init`` trace gets a fresh kernel, and the steps use the last one; a step traced
+    without any ``init`` in this process (a run resumed from a saved fit) first traces an
+    ``init`` abstractly for the chains it is given. Both happened to users: a NUTS fit after
+    ``jax.clear_caches()`` (which :mod:`ppl_bsvm._runtime` calls near the limit on memory
+    mappings) failed inside ``vmap``, and resuming a saved NUTS fit in a new session failed
+    with NumPyro's "``init`` must be called before ``sample``"."""
     getters = {name: attrgetter(name) for name in NUTS_FIELDS}
+    last = []  # the kernel of the last init trace
 
     def arguments(inputs):
         args, kwargs = rebuild(static, inputs)
         return args, kwargs
 
     def init(keys, inputs):
+        kernel = nuts_kernel(model, **nuts_options)
         args, kwargs = arguments(inputs)
-        return kernel.init(keys, num_warmup, None, args, kwargs)
+        state = kernel.init(keys, num_warmup, None, args, kwargs)
+        last[:] = [kernel]
+        return state
+
+    def initialised(state, inputs):
+        if not last:
+            chains = state.potential_energy.shape[0]
+            keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), chains))
+            jax.eval_shape(init, keys, jax.tree.map(
+                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), inputs))
+        return last[0]
 
     def step(state, inputs):
         args, kwargs = arguments(inputs)
-        return kernel.sample(state, args, kwargs)
+        return initialised(state, inputs).sample(state, args, kwargs)
 
     def collect(state, inputs):
         args, kwargs = arguments(inputs)
-        z = jax.vmap(kernel.postprocess_fn(args, kwargs))(state.z)
+        z = jax.vmap(initialised(state, inputs).postprocess_fn(args, kwargs))(state.z)
         return {"z": z, "extra": {name: get(state) for name, get in getters.items()}}
 
     return ChainKernel(lambda inputs: inputs, init, step, collect, _check_start)

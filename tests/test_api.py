@@ -7,6 +7,7 @@ import xarray as xr
 
 import ppl_bsvm
 from ppl_bsvm.api import get_engine, list_methods
+from tests._shared import N, small_problem
 
 
 def test_unknown_model_and_method_list_valid_names(toy2d):
@@ -61,9 +62,8 @@ def test_bad_data_reaches_the_user_as_value_error(toy2d):
 
 @pytest.fixture(scope="module")
 def string_fit():
-    r = np.random.default_rng(3)
-    X = r.standard_normal((50, 2))
-    y = np.where(X[:, 0] + 0.3 * r.standard_normal(50) > 0, "spam", "ham")
+    X, y = small_problem(seed=3)  # tests/_shared.py: the ECM's programs are other modules'
+    y = np.where(y == 1, "spam", "ham")
     return X, y, ppl_bsvm.fit(X, y, model="gp", method="ecm", seed=1)
 
 
@@ -85,11 +85,11 @@ def test_predictions_in_user_labels_agree_with_proba(string_fit):
     X, y, fit = string_fit
     p = fit.predict_proba(X)
     labels = fit.predict(X)
-    assert p.dtype == np.float64 and p.shape == (50,)
+    assert p.dtype == np.float64 and p.shape == (N,)
     np.testing.assert_array_equal(labels, np.where(p >= 0.5, "spam", "ham"))
     assert np.mean(labels == y) > 0.8
     mean, var = fit.predict_latent(X)
-    assert mean.shape == var.shape == (50,) and np.all(var >= 0)
+    assert mean.shape == var.shape == (N,) and np.all(var >= 0)
     for link in ("paper", "probit", "sign", "normalized"):
         q = fit.predict_proba(X, link=link)
         np.testing.assert_array_equal(q >= 0.5, mean >= 0)  # every link is a monotone rule
@@ -168,7 +168,7 @@ def test_summary_is_a_table_with_each_hyperparameter_once(heart):
     assert not {"tree_depth", "step_size", "elbo (last)"} & set(rows)
 
 
-def test_summary_time_adds_up_and_a_samplers_rows_say_what_it_kept(heart):
+def test_summary_time_adds_up_and_a_samplers_rows_say_what_it_kept():
     """The time row: total = its disjoint parts + other, the engine's own parts named as
     included; a sampler's stop counts the kept draws apart from the warmup; R-hat and both
     ESS with the number of draws, and a word where ESS exceeds it (antithetic chains)."""
@@ -180,8 +180,8 @@ def test_summary_time_adds_up_and_a_samplers_rows_say_what_it_kept(heart):
                    "(engine includes inducing 0.5, polish 0.25)")
     row = _time_row({"mcmc": 1.5, "compile": 3.0, "pointwise": 0.5, "total": 5.5})
     assert row == "5.5 s = compilation 3 + sampling 1.5 + log-likelihood for az.loo 0.5 + other 0.5"
-    X, y = heart
-    fit = ppl_bsvm.fit(X[:60], y[:60], model="gp", method="vi", num_draws=50)
+    X, y = small_problem()
+    fit = ppl_bsvm.fit(X, y, model="gp", method="vi", num_draws=50)
     text = dict(fit._summary_rows())["time"]
     total, parts = text.split(" s = ")
     numbers = [float(w) for w in parts.split("(")[0].replace("+", " ").split()

@@ -13,14 +13,14 @@ import ppl_bsvm
 from ppl_bsvm import metrics
 from ppl_bsvm.data import check_feature_names, feature_names_of
 from tests._saved import rewrite, saved_file
+from tests._shared import small_problem
 
 
 @pytest.fixture(scope="module")
-def frame(heart):
-    X, y = heart
-    columns = [f"c{j}_{name}" for j, name in enumerate("abcdefghijklm")][: X.shape[1]]
-    df = pd.DataFrame(X[:80], columns=columns)
-    labels = np.where(y[:80] > 0, "yes", "no")
+def frame():
+    X, y = small_problem()  # tests/_shared.py: the engines' programs are other modules'
+    df = pd.DataFrame(X, columns=["c0_a", "c1_b"])
+    labels = np.where(y > 0, "yes", "no")
     return df, labels
 
 
@@ -40,7 +40,7 @@ def test_dataframe_columns_name_beta_and_the_fit(frame, linear_fit):
 
 def test_inducing_locations_are_named_by_the_columns(frame):
     df, labels = frame
-    fit = ppl_bsvm.fit(df, labels, model="sparse_gp", method="svi", num_inducing=8,
+    fit = ppl_bsvm.fit(df, labels, model="sparse_gp", method="svi", num_inducing=10,
                        num_draws=50, max_iter=30)
     assert list(fit.idata["approximation"]["Z"].coords["input_dim"].values) == list(df.columns)
 

@@ -10,6 +10,7 @@ import pytest
 import ppl_bsvm
 from ppl_bsvm import _memory
 from ppl_bsvm.api import get_engine
+from tests._shared import small_problem
 
 LINEAR = ["vi", "ecm", "svi", "gibbs", "nuts"]
 
@@ -209,9 +210,11 @@ def test_time_estimates_count_leading_terms_and_spare_ordinary_fits():
 
 
 @pytest.mark.parametrize("method,options", [
-    # the settings of test_advi's resume test, whose compiled programs this reuses
-    ("advi", {"max_iter": 4, "window": 1000, "num_draws": 100}),
-    ("nuts", {"num_samples": 2, "num_warmup": 2, "num_chains": 1, "max_tree_depth": 1}),
+    # the data and settings of test_advi's resume test, whose compiled programs this reuses
+    ("advi", {"max_iter": 4, "window": 1000, "num_draws": 100, "num_inducing": 8}),
+    # the shared problem with test_properties' settings (tests/_shared.py), likewise
+    ("nuts", {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "max_tree_depth": 2,
+              "num_inducing": 3}),
 ])
 def test_sparse_engines_never_form_the_n_by_n_kernel_matrix(monkeypatch, method, options):
     """At 10^5 points the n x n matrix is 80 GB: forming it (once, to check it) ended the
@@ -222,10 +225,14 @@ def test_sparse_engines_never_form_the_n_by_n_kernel_matrix(monkeypatch, method,
         raise AssertionError(f"the {len(X)} x {len(X)} kernel matrix was formed")
 
     monkeypatch.setattr(_common, "gram", refuse)
-    X, y = ppl_bsvm.datasets.load("heart", standardize=True)
-    fit = ppl_bsvm.fit(X[:50], y[:50], model="sparse_gp", method=method, num_inducing=8,
-                       seed=3, progress_bar=False, **options)
-    assert fit.posterior["u"].shape[-1] == 8
+    if method == "advi":
+        X, y = ppl_bsvm.datasets.load("heart", standardize=True)
+        X, y = X[:50], y[:50]
+    else:
+        X, y = small_problem()
+    fit = ppl_bsvm.fit(X, y, model="sparse_gp", method=method, seed=3, progress_bar=False,
+                       **options)
+    assert fit.posterior["u"].shape[-1] == options["num_inducing"]
 
 
 @pytest.mark.parametrize("method", ["gibbs", "nuts", "ess", "mclmc"])

@@ -35,8 +35,9 @@ def fits(data):
 def _quiet_gibbs(X, y):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)  # short chains
-        return ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=150,
-                            num_warmup=100)
+        # two chains, as test_persistence's sampler on this problem: one program for both
+        return ppl_bsvm.fit(X, y, model="linear", method="gibbs", num_samples=300,
+                            num_warmup=100, num_chains=2)
 
 
 def _hinge(y, f, gamma):

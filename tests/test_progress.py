@@ -13,6 +13,8 @@ import pytest
 
 import ppl_bsvm
 from ppl_bsvm import _progress
+# the shared problem: the samplers' programs are test_runtime's and test_persistence's
+from tests._shared import small_problem
 
 
 def test_segments_grow_at_most_twofold_and_aim_at_half_a_second():
@@ -107,10 +109,10 @@ def _record_statuses(monkeypatch) -> list[str]:
     return statuses
 
 
-def test_shown_sampler_starts_with_one_iteration_and_grows_segments(monkeypatch, toy2d):
+def test_shown_sampler_starts_with_one_iteration_and_grows_segments(monkeypatch):
     """With a bar shown the driver compiles ahead, says so, runs one iteration first and
     sizes every later segment by ``segment_length`` (at most twice the one before)."""
-    X, y = toy2d
+    X, y = small_problem()
     lengths = []
     size = _progress.segment_length
     monkeypatch.setattr(_progress, "segment_length",
@@ -125,10 +127,10 @@ def test_shown_sampler_starts_with_one_iteration_and_grows_segments(monkeypatch,
     assert statuses == ["compiling", "first iteration"]
 
 
-def test_the_bar_says_when_a_sampler_tunes_before_its_first_iteration(monkeypatch, toy2d):
+def test_the_bar_says_when_a_sampler_tunes_before_its_first_iteration(monkeypatch):
     """Adjusted MCLMC tunes inside its first program (``num_warmup`` transitions, no
     iterations on the bar): the status says so until the first kept iteration."""
-    X, y = toy2d
+    X, y = small_problem()
     statuses = _record_statuses(monkeypatch)
     with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")

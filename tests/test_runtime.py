@@ -45,8 +45,8 @@ def test_entry_points_use_one_blas_thread_and_restore_the_callers():
         assert set(_blas_threads().values()) == {2}
 
 
-def test_a_fit_leaves_the_callers_thread_counts_alone(toy2d):
-    X, y = toy2d
+def test_a_fit_leaves_the_callers_thread_counts_alone():
+    X, y = small_problem()
     with threadpool_limits(2, user_api="blas"):
         ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10)
         assert set(_blas_threads().values()) == {2}
@@ -264,8 +264,9 @@ def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, m
 def test_samplers_reuse_their_programs_for_other_chain_lengths(model):
     """Another ``num_samples`` compiles nothing, predictions included: the draws the predictor
     keeps are padded to a power of two (here 2 x 70 and 2 x 100 draws: 256), and the GP's
-    ``K^{-1} f_s`` solve is done once per bucket."""
-    X, y = _problem(40)
+    ``K^{-1} f_s`` solve is done once per bucket. (The shared problem, whose two-chain Gibbs
+    samplers ``test_persistence`` and ``test_bad_input`` compile too.)"""
+    X, y = small_problem()
     site = "beta" if model == "linear" else "f"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -296,7 +297,7 @@ def test_sbsvm_folds_of_nearby_sizes_share_their_programs():
 
 
 def test_predictions_do_not_depend_on_the_padding_of_test_sets():
-    X, y = _problem(80)
+    X, y = small_problem()
     fit = ppl_bsvm.fit(X, y, model="gp", method="vi", num_draws=10)
     whole = fit.predict_latent(X)
     for size in (1, 7, 9, 33):
@@ -319,7 +320,7 @@ def _run_with_progress(monkeypatch, progress_bar, **env):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(_progress, "DELAY", 0.0)
-    X, y = _problem(60)
+    X, y = small_problem()
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=10, progress_bar=progress_bar)

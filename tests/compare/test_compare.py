@@ -12,6 +12,7 @@ from ppl_bsvm.predictive import GaussianPredictor
 from ppl_bsvm.result import Fit
 from ppl_bsvm._idata import make_idata
 from ppl_bsvm.data import BinaryLabels
+from tests._shared import small_problem
 
 
 @pytest.fixture
@@ -343,18 +344,18 @@ def test_report_leads_with_the_sd_scatter_and_times_the_candidates(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fits_without_draws(heart):
-    """A VI reference and three candidates: Platt and BC-SVM (no posterior group) and ECM."""
-    X, y = heart
-    train = slice(0, 100)
+def fits_without_draws():
+    """A VI reference and three candidates: Platt and BC-SVM (no posterior group) and ECM, on
+    the shared problem with its BC-SVM modules (``tests/_shared.py``: programs shared with the
+    other modules); test labels by the problem's rule without its noise."""
+    X, y, X_test = small_problem(n_test=30)
     fits = {
-        "vi": ppl_bsvm.fit(X[train], y[train], model="gp", method="vi", num_draws=300),
-        "platt": ppl_bsvm.fit(X[train], y[train], method="platt"),
-        "bcsvm": ppl_bsvm.fit(X[train], y[train], method="bcsvm", module_size=50,
-                              query_size=50),
-        "ecm": ppl_bsvm.fit(X[train], y[train], model="gp", method="ecm", num_draws=300),
+        "vi": ppl_bsvm.fit(X, y, model="gp", method="vi", num_draws=300),
+        "platt": ppl_bsvm.fit(X, y, method="platt"),
+        "bcsvm": ppl_bsvm.fit(X, y, method="bcsvm", module_size=20, query_size=20),
+        "ecm": ppl_bsvm.fit(X, y, model="gp", method="ecm", num_draws=300),
     }
-    return fits, X[100:160], y[100:160]
+    return fits, X_test, np.where(X_test[:, 0] > 0, 1, 0)
 
 
 def test_compare_accepts_fits_without_draws(fits_without_draws):

@@ -733,8 +733,9 @@ def test_the_gp_sampler_factors_its_kernel_matrix_once(curve, monkeypatch):
 
     monkeypatch.setattr(np.linalg, "cholesky", numpy_factor)
     X, y, kern = curve
+    # four chains: the programs of curve_fits' Gibbs run (one compilation for both)
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kern, num_samples=5,
-                       num_warmup=5, num_chains=1, seed=0)
+                       num_warmup=5, num_chains=4, seed=0)
     assert shapes == [(len(X), len(X))]
     assert np.all(np.isfinite(fit.predict_proba(X)))
     # the number of line-move directions the default chose is recorded with the options
@@ -858,8 +859,9 @@ def test_the_gp_samplers_default_overrelaxation_follows_ks_spectrum(curve, plane
             share = pcg.weak_share(pcg.spectrum(K, 1e-6))
         assert (share <= WEAK_SHARE_MAX) == (expected == GP_STRONG_OVERRELAX)
         assert default_overrelax(False, share) == expected
+        # four chains: the programs of curve_fits' Gibbs run (one compilation for all)
         fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kernel, num_samples=5,
-                           num_warmup=5, num_chains=1, seed=0)
+                           num_warmup=5, num_chains=4, seed=0)
         assert fit.options["overrelax"] == expected
     sampler = BSVMGibbs(models.gp_bsvm)
     assert sampler.overrelax is None  # chosen from the data in init
@@ -870,11 +872,11 @@ def test_the_gp_samplers_default_overrelaxation_follows_ks_spectrum(curve, plane
     assert default_overrelax(False) == GP_OVERRELAX  # the spectrum unknown
     assert BSVMGibbs(models.gp_bsvm, overrelax=-0.7).overrelax == -0.7
     fit = ppl_bsvm.fit(X, y, model="gp", method="gibbs", kernel=kern, num_samples=5,
-                       num_warmup=5, num_chains=1, seed=0, overrelax=GP_STRONG_OVERRELAX)
+                       num_warmup=5, num_chains=4, seed=0, overrelax=GP_STRONG_OVERRELAX)
     assert fit.options["overrelax"] == GP_STRONG_OVERRELAX
     assert BSVMGibbs(models.linear_bsvm).overrelax == 0.0
     fit = ppl_bsvm.fit(*plane[:2], model="linear", method="gibbs", num_samples=5,
-                       num_warmup=5, num_chains=1, seed=0, overrelax=None)
+                       num_warmup=5, num_chains=4, intercept=False, seed=0, overrelax=None)
     assert fit.options["overrelax"] == 0.0
 
 

@@ -3,10 +3,11 @@
 A cold run of the suite is mostly compilation, one set of programs per (engine, static
 options, shape) (``tests/README.md``). ``test_bad_input``, ``test_properties``,
 ``test_persistence``, ``test_pointwise``, ``test_runtime``, ``test_progress``, ``test_api``,
-``test_feature_names`` and ``compare/test_compare``'s fits without draws fit their engines on
-this shape with the same static options (ADVI's ``window=10``, S-BSVM's ``num_inducing=10``,
-BCSVM's modules of 20, 50 stored draws), so each engine compiles once for all of them and
-the others load its programs from the persistent cache.
+``test_feature_names``, ``test_memory``'s sparse NUTS and ``compare/test_compare``'s fits
+without draws fit their engines on this shape with the same static options (ADVI's
+``window=10``, S-BSVM's ``num_inducing=10``, BCSVM's modules of 20, 50 stored draws), so each
+engine compiles once for all of them and the others load its programs from the persistent
+cache.
 """
 
 import numpy as np

@@ -27,8 +27,20 @@ if _cache.strip().lower() not in ("", "0", "off", "false", "no", "none"):
     jax.config.update("jax_compilation_cache_dir", os.path.abspath(_cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
+import gc  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# Python's cyclic garbage collector runs a young collection every 700 allocations of container
+# objects; tracing JAX programs allocates millions, so a test process spends about 3 % of its
+# time there (test_persistence, test_properties, test_bad_input in one cold process, two pairs
+# run side by side: 173.9 -> 168.6 s and 184.3 -> 179.7 s; peak memory 2.11 GB either way).
+# Collections every 50,000 allocations keep what they find (cycles are rare: JAX's arrays and
+# programs are freed by reference counts, and the library releases programs near the limit on
+# memory mappings with an explicit gc.collect()). Test processes only: the library leaves the
+# user's collector as it is.
+gc.set_threshold(50_000, 20, 20)
 
 # the suite's wall time and slowest tests at the end of every run; a profile on request
 pytest_plugins = ["tests._profile"]

@@ -15,14 +15,16 @@ from ppl_bsvm.result import Fit
 from tests._saved import rewrite, saved_file
 from tests._shared import small_problem
 
-# Short runs of every engine family: (model, method, options).
+# Short runs of every engine family: (model, method, options). The samplers' static options
+# (chains, NUTS's tree depth and warmup, MCLMC's warmup) are test_properties' and
+# test_runtime's: the same programs.
 SAVED = [
     ("gp", "vi", {}),
     ("gp", "ecm", {}),
     ("linear", "vi", {}),
     ("gp", "svi", {"max_iter": 40, "elbo_every": 10}),
     ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
-    ("gp", "nuts", {"num_samples": 30, "num_warmup": 30, "num_chains": 1}),
+    ("gp", "nuts", {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "max_tree_depth": 2}),
     ("linear", "pathfinder", {"num_draws": 50}),
     ("gp", "advi", {"max_iter": 60, "window": 10, "num_draws": 50}),
     ("gp", "platt", {}),
@@ -214,7 +216,7 @@ def test_resumed_and_checkpointed_runs_equal_the_uninterrupted_run(
 
 def test_resume_refuses_what_would_not_give_the_same_run(small, tmp_path):
     X, y, _ = small
-    gibbs = _fit(small, "linear", "gibbs", {"num_samples": 20, "num_warmup": 20, "num_chains": 1,
+    gibbs = _fit(small, "linear", "gibbs", {"num_samples": 20, "num_warmup": 20, "num_chains": 2,
                                              "thinning": 2})
     with pytest.raises(ValueError, match="not the data the fit was trained on"):
         ppl_bsvm.resume(gibbs, X[::-1], y[::-1], num_samples=40)

@@ -55,8 +55,10 @@ CHEAP = {
     ("linear", "advi"): {"max_iter": 5, "window": 10},
     ("linear", "ecm"): {"max_iter": 5},
     ("linear", "ess"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
-    ("linear", "gibbs"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "directions": 0},
-    ("linear", "mclmc"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1},
+    # two chains and the line moves learned (10 warmup sweeps): test_persistence's program
+    ("linear", "gibbs"): {"num_samples": 5, "num_warmup": 10, "num_chains": 2},
+    # MCLMC tunes inside its first program for num_warmup transitions: test_persistence's
+    ("linear", "mclmc"): {"num_samples": 5, "num_warmup": 30, "num_chains": 2},
     ("linear", "nuts"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1,
                          "max_tree_depth": 2},
     ("linear", "pathfinder"): {},

@@ -233,7 +233,7 @@ def _problem(n, seed=0):
     ("linear", "vi", {}),
     ("gp", "gpc", {}),
     ("gp", "gibbs", {"num_samples": 50, "num_warmup": 50, "num_chains": 2}),
-    ("linear", "nuts", {"num_samples": 50, "num_warmup": 50, "num_chains": 2}),
+    ("linear", "nuts", {"num_samples": 50, "num_warmup": 30, "num_chains": 2}),
 ])
 def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, method, options):
     """Nor does another kernel of the same structure (``kernels.program_kernel``): the GP

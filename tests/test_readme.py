@@ -45,7 +45,7 @@ QUICK = (
     ("num_samples=1000,", "num_samples=200,", 1),
     ("checkpoint_every=250)", "checkpoint_every=50)", 2),
     ("num_samples=2000)", "num_samples=400)", 1),
-    ('estimator="632")', 'estimator="632", maxiter=5)', 1),
+    ('estimator="632")', 'estimator="632", maxiter=2)', 1),
 )
 """Smaller runs for the test, as the notebooks' test has (``test_notebooks.QUICK``): ``(text,
 replacement, how many times the text occurs)``, so the test proves that every block works, not

@@ -9,7 +9,11 @@ from ppl_bsvm import bootstrap, datasets, kernels
 
 @pytest.fixture(scope="module")
 def crabs():
-    return datasets.load("crabs", standardize=True)
+    """Every other row of crabs (100 of 200, 50 of each class): the gradient identities hold at
+    any size, and each objective evaluation solves a TAP fixed point to 1e-9 on half the points
+    (the module alone, cold: 18.7 s -> 16.2 s)."""
+    X, y = datasets.load("crabs", standardize=True)
+    return X[::2], y[::2]
 
 
 def _central_differences(obj, params, h=1e-4):

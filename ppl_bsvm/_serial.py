@@ -63,6 +63,21 @@ def latent_family(fn):
     return fn
 
 
+def family_name(fn) -> str | None:
+    """The name ``fn`` is registered under with :func:`latent_family`, or None."""
+    name = _name(fn) if hasattr(fn, "__qualname__") else None
+    return name if name is not None and _FUNCTIONS.get(name) is fn else None
+
+
+def family(name: str):
+    """The latent-predictive function registered as ``name`` (:func:`family_name`)."""
+    fn = _FUNCTIONS.get(name)
+    if fn is None:
+        raise ValueError(f"saved fit names the function {name!r}, which is not a registered "
+                         "ppl_bsvm latent predictive")
+    return fn
+
+
 def data_object(cls):
     """Register a class whose instances are saved as their attributes (``vars``) and rebuilt
     without calling ``__init__``; each attribute must itself be encodable."""
@@ -135,8 +150,8 @@ class _Encoder:
         if isinstance(obj, dict):
             return {"t": "dict", "v": [[self(k, where), self(v, f"{where}[{k!r}]")]
                                        for k, v in obj.items()]}
-        fn_name = _name(obj) if hasattr(obj, "__qualname__") else None
-        if fn_name is not None and _FUNCTIONS.get(fn_name) is obj:
+        fn_name = family_name(obj)
+        if fn_name is not None:
             return {"t": "function", "name": fn_name}
         if self.lenient:
             return {"t": "unsaved", "v": repr(obj)[:200]}
@@ -249,11 +264,7 @@ class _Decoder:
             obj.__dict__.update({k: self(x) for k, x in v.items()})
             return obj
         if t == "function":
-            fn = _FUNCTIONS.get(node["name"])
-            if fn is None:
-                raise ValueError(f"saved fit names the function {node['name']!r}, which is not "
-                                 "a registered ppl_bsvm latent predictive")
-            return fn
+            return family(node["name"])
         if t == "unsaved":
             return Unsaved(v)
         raise ValueError(f"malformed saved fit: unknown node type {t!r}")

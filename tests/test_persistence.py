@@ -13,23 +13,23 @@ import xarray as xr
 import ppl_bsvm
 from ppl_bsvm.result import Fit
 from tests._saved import rewrite, saved_file
-from tests._shared import small_problem
+from tests._shared import compilations, small_problem
 
-# Short runs of every engine family: (model, method, options). The samplers' static options
-# (chains, NUTS's tree depth and warmup, MCLMC's warmup) are test_properties' and
-# test_runtime's: the same programs.
+# Short runs of every engine family: (model, method, options). The static options (the
+# samplers' chains, NUTS's tree depth and warmup, MCLMC's warmup, the inducing points) are
+# test_properties' and test_runtime's: the same programs.
 SAVED = [
     ("gp", "vi", {}),
     ("gp", "ecm", {}),
     ("linear", "vi", {}),
-    ("gp", "svi", {"max_iter": 40, "elbo_every": 10}),
+    ("gp", "svi", {"max_iter": 40, "elbo_every": 10, "num_inducing": 10}),
     ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
     ("gp", "nuts", {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "max_tree_depth": 2}),
     ("linear", "pathfinder", {"num_draws": 50}),
     ("gp", "advi", {"max_iter": 60, "window": 10, "num_draws": 50}),
     ("gp", "platt", {}),
     ("gp", "gpc", {}),
-    ("gp", "svgp", {"max_iter": 40}),
+    ("gp", "svgp", {"max_iter": 40, "num_inducing": 3}),
     ("gp", "bcsvm", {"module_size": 20, "query_size": 20}),
     ("gp", "rvm", {}),
 ]
@@ -70,13 +70,21 @@ def _assert_same_fit(a: Fit, b: Fit, Xt):
 @pytest.mark.slow
 @pytest.mark.parametrize("model,method,options", SAVED, ids=lambda v: str(v) if isinstance(v, str) else "")
 def test_save_load_and_pickle_round_trip_exactly(small, tmp_path, model, method, options):
+    """... and a loaded or unpickled fit predicts with the programs the fit compiled: JAX keys
+    them by the arguments' types and commitment and by the jitted function, and a loaded fit
+    compiled its predictive again where the fit's arrays were weak-typed (BC-SVM's ``s``,
+    SVGP's scalar) or committed to the device (the outputs of a stored program), or where
+    ``cloudpickle`` copied its jitted function (SVGP's): ``inference.latent.Latent``."""
     fit = _fit(small, model, method, options)
     Xt = small[2]
+    _assert_same_fit(fit, fit, Xt)  # the fit's predictive programs compiled
     loaded = ppl_bsvm.load(fit.save(tmp_path / "fit"))
     assert loaded.idata.identical(fit.idata)
-    _assert_same_fit(fit, loaded, Xt)
     assert loaded.summary() == fit.summary()
-    _assert_same_fit(fit, pickle.loads(pickle.dumps(fit)), Xt)
+    for copy in (loaded, pickle.loads(pickle.dumps(fit))):
+        with compilations() as count:
+            _assert_same_fit(fit, copy, Xt)
+        assert count[0] == 0
     # the posterior file is plain ArviZ netCDF, readable without ppl_bsvm
     with xr.open_datatree(saved_file(tmp_path / "fit", "posterior"), engine="h5netcdf") as tree:
         assert set(tree.children) == set(fit.idata.children)

@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import ppl_bsvm
 from ppl_bsvm import _progress, _runtime, kernels
 from ppl_bsvm.exceptions import ConvergenceWarning
-from tests._shared import small_problem
+from tests._shared import compilations, small_problem
 
 
 def _blas_threads():
@@ -203,22 +203,6 @@ def test_the_cache_is_pruned_least_recently_used_first_and_at_most_hourly(tmp_pa
     assert _runtime.prune_compilation_cache(tmp_path / "absent") == 0
 
 
-@contextlib.contextmanager
-def _compilations():
-    """Count XLA compilations inside the block."""
-    count = [0]
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            count[0] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield count
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-
-
 def _problem(n, seed=0):
     r = np.random.default_rng(seed)
     X = r.standard_normal((n, 3))
@@ -249,7 +233,7 @@ def test_a_second_fit_on_other_data_of_the_same_shapes_compiles_nothing(model, m
         warnings.simplefilter("ignore")  # short chains: R-hat
         first = ppl_bsvm.fit(X1, y1, model=model, method=method, **first_kernel, **options)
         first.predict_proba(X1[:7])
-        with _compilations() as count:
+        with compilations() as count:
             again = ppl_bsvm.fit(X2, y2, model=model, method=method, seed=3, **kernel, **options)
             p = again.predict_proba(X2[:5])  # another test size in the same bucket (8 rows)
         if model == "gp":
@@ -272,7 +256,7 @@ def test_samplers_reuse_their_programs_for_other_chain_lengths(model):
         warnings.simplefilter("ignore")
         ppl_bsvm.fit(X, y, model=model, method="gibbs", num_samples=70, num_warmup=20,
                      num_chains=2).predict_proba(X[:7])
-        with _compilations() as count:
+        with compilations() as count:
             fit = ppl_bsvm.fit(X, y, model=model, method="gibbs", num_samples=100,
                                num_warmup=20, num_chains=2)
             p = fit.predict_proba(X[:7])
@@ -290,7 +274,7 @@ def test_sbsvm_folds_of_nearby_sizes_share_their_programs():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ppl_bsvm.fit(X[:243], y[:243], model="gp", method="svi", num_inducing=20, max_iter=30)
-        with _compilations() as count:
+        with compilations() as count:
             ppl_bsvm.fit(X[:244], y[:244], model="gp", method="svi", num_inducing=20,
                          max_iter=30)
     assert count[0] == 0

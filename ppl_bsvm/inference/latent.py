@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from .._serial import data_object, latent_family
+from .._serial import data_object, family, family_name, latent_family
 from .._shapes import CHUNK, pad_rows, padded_size
 from . import gaussian
 
@@ -94,10 +94,18 @@ class Latent:
                  draws: int | None = None):
         self.fn = fn
         self.static = static
-        self.arrays = arrays
+        self.arrays = jax.tree.map(_as_loaded, arrays)
         self.axis = axis
         self.chunked = chunked
         self.draws = draws
+
+    def __reduce__(self):
+        """Pickled with its function by registered name, as a saved fit stores it: unpickled,
+        the fit calls the same jitted function and its compiled programs (``cloudpickle``
+        copied a jitted function, which starts with none, and the copy compiled its
+        predictive again)."""
+        state = {k: v for k, v in vars(self).items() if k != "fn"}
+        return _unpickle_latent, (family_name(self.fn) or self.fn, state)
 
     def __call__(self, X):
         out = self._evaluate(np.asarray(X, dtype=np.float64))
@@ -119,6 +127,24 @@ class Latent:
                 lambda a, rows=rows: np.take(np.asarray(a), np.arange(rows), axis=self.axis), out
             ))
         return jax.tree.map(lambda *p: np.concatenate(p, axis=self.axis), *parts)
+
+
+def _unpickle_latent(fn, state: dict) -> Latent:
+    latent = Latent.__new__(Latent)
+    vars(latent).update(state, fn=family(fn) if isinstance(fn, str) else fn)
+    return latent
+
+
+def _as_loaded(a):
+    """``a``, or a JAX array as a saved or pickled fit loads it: of an ordinary (not weak) type
+    and not committed to a device. JAX keys a program by its arguments' types and commitment;
+    the fit's own arrays can be weak-typed (the type of a Python scalar's result, such as
+    ``jnp.where(mask, 1.0 / C, jnp.inf)``: BC-SVM's ``s``, SVGP's scalar) or committed (the
+    outputs of a program from ``ppl_bsvm._programs``' store), and a loaded fit's are neither:
+    it compiled its predictive again."""
+    if isinstance(a, jax.Array) and (a.aval.weak_type or getattr(a, "committed", False)):
+        return jax.device_put(np.asarray(a))
+    return a
 
 
 def draws_padded(draws) -> tuple[np.ndarray, int]:

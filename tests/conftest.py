@@ -36,10 +36,10 @@ import pytest  # noqa: E402
 # objects; tracing JAX programs allocates millions, so a test process spends about 3 % of its
 # time there (test_persistence, test_properties, test_bad_input in one cold process, two pairs
 # run side by side: 173.9 -> 168.6 s and 184.3 -> 179.7 s; peak memory 2.11 GB either way).
-# Collections every 50,000 allocations keep what they find (cycles are rare: JAX's arrays and
-# programs are freed by reference counts, and the library releases programs near the limit on
-# memory mappings with an explicit gc.collect()). Test processes only: the library leaves the
-# user's collector as it is.
+# With a collection every 50,000 allocations cyclic garbage waits longer to be freed, and there
+# is little of it: JAX's arrays and programs are freed by reference counts, and the library
+# releases programs near the limit on memory mappings with an explicit gc.collect(). Test
+# processes only: the library leaves the user's collector as it is.
 gc.set_threshold(50_000, 20, 20)
 
 # the suite's wall time and slowest tests at the end of every run; a profile on request

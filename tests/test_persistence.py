@@ -72,10 +72,10 @@ def _assert_same_fit(a: Fit, b: Fit, Xt):
 def test_save_load_and_pickle_round_trip_exactly(small, tmp_path, model, method, options):
     """A saved and loaded fit, and a pickled one, are the fit; and they predict with the
     programs the fit compiled: JAX keys them by the arguments' types and commitment and by the
-    jitted function, and a loaded fit
-    compiled its predictive again where the fit's arrays were weak-typed (BC-SVM's ``s``,
-    SVGP's scalar) or committed to the device (the outputs of a stored program), or where
-    ``cloudpickle`` copied its jitted function (SVGP's): ``inference.latent.Latent``."""
+    jitted function, and a loaded fit compiled its predictive again where the fit's arrays were
+    weak-typed (BC-SVM's ``s``, SVGP's scalar) or committed to the device (the outputs of a
+    stored program), or where ``cloudpickle`` copied its jitted function (SVGP's):
+    ``inference.latent.Latent``."""
     fit = _fit(small, model, method, options)
     Xt = small[2]
     _assert_same_fit(fit, fit, Xt)  # the fit's predictive programs compiled

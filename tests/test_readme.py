@@ -40,12 +40,12 @@ RUNNER = textwrap.dedent("""
 QUICK = (
     ('method="gibbs", num_samples=500)', 'method="gibbs", num_samples=100, num_warmup=100)', 1),
     ('method="nuts", num_samples=500)', 'method="nuts", num_samples=100, num_warmup=100)', 1),
-    ("n_resamples=200, n_jobs=2)", "n_resamples=20, n_jobs=2)", 1),
+    ("n_resamples=200)", "n_resamples=20)", 1),
     # the checkpointed linear Gibbs run, resumed and extended, at a fifth of its draws
     ("num_samples=1000,", "num_samples=200,", 1),
     ("checkpoint_every=250)", "checkpoint_every=50)", 2),
     ("num_samples=2000)", "num_samples=400)", 1),
-    ('estimator="632")', 'estimator="632", maxiter=2)', 1),
+    ('estimator="632")', 'estimator="632", maxiter=1)', 1),
 )
 """Smaller runs for the test, as the notebooks' test has (``test_notebooks.QUICK``): ``(text,
 replacement, how many times the text occurs)``, so the test proves that every block works, not

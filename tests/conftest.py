@@ -69,10 +69,11 @@ def toy2d():
 
 LONGEST_FIRST = (
     "tests/test_readme.py::test_readme_python_blocks_run_in_order",
+    # the notebooks longest first (their kernels compile at level 0 and the README's process
+    # at the user's flags, so none loads another's programs: tests/_xla.py)
     "tests/test_notebooks.py::test_notebook_executes[validating_vi]",
+    "tests/test_notebooks.py::test_notebook_executes[quickstart]",
     "tests/test_notebooks.py::test_notebook_executes[hyperparameters_and_inducing_points]",
-    "tests/test_notebooks.py::test_notebook_executes[analytical_bootstrap]",
-    # last of them: its fits are the README's first ones, compiled by then
     "tests/test_notebooks.py::test_notebook_executes",
     "tests/test_programs.py::test_a_new_process_loads",
     "tests/inference/vi/test_sbsvm_scale.py::test_two_processes",

@@ -46,6 +46,9 @@ QUICK = (
     ("checkpoint_every=250)", "checkpoint_every=50)", 2),
     ("num_samples=2000)", "num_samples=400)", 1),
     ('estimator="632")', 'estimator="632", maxiter=1)', 1),
+    # one dask worker: each imports JAX and compiles the folds' fits (the block took 7.6 s and
+    # 16 s of CPU with two, 3.1 s and 6.6 s with one); test_dask runs two against the session
+    ("LocalCluster(n_workers=2,", "LocalCluster(n_workers=1,", 1),
 )
 """Smaller runs for the test, as the notebooks' test has (``test_notebooks.QUICK``): ``(text,
 replacement, how many times the text occurs)``, so the test proves that every block works, not

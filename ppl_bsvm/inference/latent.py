@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from .._jax import to_device
 from .._serial import data_object, family, family_name, latent_family
 from .._shapes import CHUNK, pad_rows, padded_size
 from . import gaussian
@@ -143,7 +144,7 @@ def _as_loaded(a):
     outputs of a program from ``ppl_bsvm._programs``' store), and a loaded fit's are neither:
     it compiled its predictive again."""
     if isinstance(a, jax.Array) and (a.aval.weak_type or getattr(a, "committed", False)):
-        return jax.device_put(np.asarray(a))
+        return to_device(a)
     return a
 
 

@@ -89,6 +89,9 @@ print(json.dumps([None if root is None else str(root), jax.config.jax_compilatio
 
 
 def test_compilation_cache_directory_settings(tmp_path):
+    """What a new process sets up (JAX's global options are per process, so each case is a
+    fresh interpreter): ppl_bsvm's directory, a bound the user set, a directory the user
+    configured in JAX."""
     path = str(tmp_path / "cache")
     root, global_dir, size = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR=path)
     # ppl_bsvm's directory serves its own programs without becoming JAX's global setting;
@@ -98,21 +101,27 @@ def test_compilation_cache_directory_settings(tmp_path):
     assert os.path.exists(os.path.join(path, ".ppl_bsvm-pruned"))
     bound = "jax.config.update('jax_compilation_cache_max_size', 12345)"  # the user's, kept
     assert _python(_CACHE_PROBE.format(before=bound), PPL_BSVM_CACHE_DIR=path)[2] == 12345
-    assert _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="off")[0] is None
     mine = str(tmp_path / "mine")  # a directory the user configured in JAX is used as it is
     before = f"jax.config.update('jax_compilation_cache_dir', {mine!r})"
     assert _python(_CACHE_PROBE.format(before=before), PPL_BSVM_CACHE_DIR=path)[:2] == [mine,
                                                                                         mine]
-    home = str(tmp_path / "home")
-    root, _, _ = _python(_CACHE_PROBE.format(before=""), PPL_BSVM_CACHE_DIR="",
-                         XDG_CACHE_HOME=home)
-    assert root is None  # an empty value turns it off too
-    env = {k: v for k, v in os.environ.items() if k != "PPL_BSVM_CACHE_DIR"}
-    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE.format(before="")],
-                         env={**env, "XDG_CACHE_HOME": home}, capture_output=True, text=True,
-                         timeout=600)
-    assert json.loads(out.stdout.strip().splitlines()[-1])[0] == os.path.join(home, "ppl_bsvm",
-                                                                              "jax")
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    """``PPL_BSVM_CACHE_DIR`` moves the cache or turns it off (``off``, an empty value, ...);
+    unset, it is under ``XDG_CACHE_HOME``. ``enable_compilation_cache`` returns None where
+    :func:`~ppl_bsvm._runtime.compilation_cache_dir` does (these were three more processes of
+    the test above, about 5 s)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    for off in ("off", "", " OFF ", "0", "none"):
+        monkeypatch.setenv("PPL_BSVM_CACHE_DIR", off)
+        assert _runtime.compilation_cache_dir() is None, off
+    monkeypatch.setenv("PPL_BSVM_CACHE_DIR", str(tmp_path / "mine"))
+    assert _runtime.compilation_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("PPL_BSVM_CACHE_DIR")
+    if sys.platform not in ("darwin", "win32"):
+        assert _runtime.compilation_cache_dir() == home / "ppl_bsvm" / "jax"
 
 
 _SCOPE_PROBE = """

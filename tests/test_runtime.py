@@ -108,20 +108,31 @@ def test_compilation_cache_directory_settings(tmp_path):
 
 
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
-    """``PPL_BSVM_CACHE_DIR`` moves the cache or turns it off (``off``, an empty value, ...);
-    unset, it is under ``XDG_CACHE_HOME``. ``enable_compilation_cache`` returns None where
-    :func:`~ppl_bsvm._runtime.compilation_cache_dir` does (these were three more processes of
-    the test above, about 5 s)."""
+    """``PPL_BSVM_CACHE_DIR`` moves the cache or turns it off (``off``, an empty value, ...),
+    and then ``enable_compilation_cache`` sets nothing up; unset, the cache is under
+    ``XDG_CACHE_HOME``. (Three more processes of the test above did this, about 5 s: the
+    directory is a function of the environment, and an enabling that returns at once leaves
+    no process-wide state.)"""
     home = tmp_path / "home"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    for off in ("off", "", " OFF ", "0", "none"):
-        monkeypatch.setenv("PPL_BSVM_CACHE_DIR", off)
-        assert _runtime.compilation_cache_dir() is None, off
+    monkeypatch.setattr(_runtime, "_cache_enabled", False)
+    monkeypatch.setattr(_runtime, "_cache_root", None)
+    configured = jax.config.jax_compilation_cache_dir  # this test process's (conftest)
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        for off in ("off", "", " OFF ", "0", "none"):
+            monkeypatch.setenv("PPL_BSVM_CACHE_DIR", off)
+            assert _runtime.compilation_cache_dir() is None, off
+            assert _runtime.enable_compilation_cache() is None, off
+            assert not _runtime._cache_enabled and jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", configured)
     monkeypatch.setenv("PPL_BSVM_CACHE_DIR", str(tmp_path / "mine"))
     assert _runtime.compilation_cache_dir() == tmp_path / "mine"
     monkeypatch.delenv("PPL_BSVM_CACHE_DIR")
     if sys.platform not in ("darwin", "win32"):
         assert _runtime.compilation_cache_dir() == home / "ppl_bsvm" / "jax"
+    assert not home.exists()  # resolving creates nothing
 
 
 _SCOPE_PROBE = """

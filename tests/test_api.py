@@ -145,8 +145,9 @@ def test_describe_reads_each_option_from_the_engine():
 def test_summary_is_a_table_with_each_hyperparameter_once(heart):
     X, y = heart
     with pytest.warns(ppl_bsvm.ConvergenceWarning):
-        fit = ppl_bsvm.fit(X[:60], y[:60], model="gp", method="vi", learn_hyperparameters=True,
-                           max_iter=5)
+        # test_bbsvm's learned fit's shapes and options: its programs serve this one
+        fit = ppl_bsvm.fit(X[:120], y[:120], model="gp", method="vi", learn_hyperparameters=True,
+                           max_iter=5, num_draws=10)
     text = fit.summary()
     lines = text.splitlines()
     assert lines[0] == "Fit(method='vi', model='gp')"

@@ -893,7 +893,7 @@ def test_short_chains_are_flagged(plane):
     X, y = plane[:2]
     with pytest.warns(ConvergenceWarning, match=r"R-hat 1\.\d+ > 1.01 in site 'beta'"):
         fit = ppl_bsvm.fit(X, y, model="linear", method="gibbs", intercept=False, num_samples=15,
-                           num_warmup=0, num_chains=3, scale_step=False, directions=0,
+                           num_warmup=0, num_chains=4, scale_step=False, directions=0,
                            prior_scale=5.0, seed=3)
     assert fit.idata.attrs["rhat_max"] > 1.01 and fit.idata.attrs["ess_bulk_min"] < 45
 

@@ -7,6 +7,7 @@ import pytest
 
 import ppl_bsvm
 from tests._plane import plane_posterior
+from tests._shared import small_problem
 
 
 def test_with_a_flat_likelihood_the_draws_are_the_prior():
@@ -63,7 +64,7 @@ def test_trace_iterations_and_the_iteration_cap(heart):
 
 
 def test_options_are_checked():
-    X, y = np.random.default_rng(1).normal(size=(20, 2)), np.tile([1, -1], 10)
+    X, y = small_problem()  # test_persistence's Pathfinder fit compiles the same program
     for name in ("num_paths", "max_iter", "maxcor", "num_elbo_draws", "num_draws"):
         with pytest.raises(ValueError, match=name):
             ppl_bsvm.fit(X, y, model="linear", method="pathfinder", **{name: 0})

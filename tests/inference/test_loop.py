@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ppl_bsvm.inference.loop import relative_change, run
+from ppl_bsvm.inference.loop import SEGMENT, committed, relative_change, run
 
 
 class S(NamedTuple):
@@ -114,3 +114,43 @@ def test_the_loop_passes_keys_in_and_a_resumed_run_continues_their_stream():
         expected.append(x)
     np.testing.assert_allclose(one.infos.x, expected, rtol=1e-5)  # float32 here
     assert len(set(np.round(np.diff(one.infos.x), 12))) == 8  # a fresh draw at every step
+
+
+def test_committed_commits_in_place_and_leaves_the_rest():
+    loose = jnp.asarray(2.0) * 3  # eager: weak-typed and not committed
+    placed = jax.device_put(np.ones(3), jax.devices()[0])
+    out = committed((loose, placed, np.zeros(2), 1.5))
+    assert not loose.committed and out[0].committed and out[0].aval.weak_type
+    assert out[0].unsafe_buffer_pointer() == loose.unsafe_buffer_pointer()  # no copy
+    assert out[1] is placed and isinstance(out[2], np.ndarray) and out[3] == 1.5
+
+
+def test_a_run_compiles_its_loop_once_whatever_the_commitment_of_its_start():
+    """The segments return their state and key committed to the device (the outputs of a
+    stored program, ``ppl_bsvm._programs``), while a first state or key need not be (eager
+    JAX, ``key_from_seed``) and a loaded checkpoint's never is; JAX compiles a program again
+    for arguments that differ in commitment alone. B-BSVM (a library step, so a stored
+    program) in three segments from an uncommitted start, then resumed from its state as a
+    loaded fit holds it: one compilation (two segments compiled two before the loop committed
+    its start, and the resumed run a third)."""
+    from ppl_bsvm.inference.vi import bbsvm
+    from ppl_bsvm.kernels import RBF
+    from tests._shared import compilations
+
+    r = np.random.default_rng(3)
+    X, y = r.normal(size=(7, 2)), np.tile([1.0, -1.0], 4)[:7]  # a shape no other test fits
+    with jax.enable_x64(True):
+        static = bbsvm.Static(RBF())
+        data = bbsvm.BBSVMData(jnp.asarray(X), jnp.asarray(y), jnp.asarray(1.0),
+                               jnp.asarray(1e-6))
+        start = bbsvm.init(static, None, data, RBF().init_params(X))
+        with compilations() as count:
+            part = run(bbsvm.step, start, data, static=static, max_iter=2 * SEGMENT + 5, tol=0.0,
+                       min_iter=2 * SEGMENT + 5)
+        assert part.n_iter == 2 * SEGMENT + 5 and count[0] == 1
+        loaded = part._replace(state=jax.tree.map(lambda a: jax.device_put(np.asarray(a)),
+                                                  part.state))
+        with compilations() as count:
+            rest = run(bbsvm.step, None, data, static=static, max_iter=3 * SEGMENT, tol=0.0,
+                       min_iter=3 * SEGMENT, resume=loaded)
+        assert rest.n_iter == 3 * SEGMENT and count[0] == 0

@@ -123,6 +123,8 @@ def test_committed_commits_in_place_and_leaves_the_rest():
     assert not loose.committed and out[0].committed and out[0].aval.weak_type
     assert out[0].unsafe_buffer_pointer() == loose.unsafe_buffer_pointer()  # no copy
     assert out[1] is placed and isinstance(out[2], np.ndarray) and out[3] == 1.5
+    host = (np.zeros(2), 1.5)  # no device: as it is (so is a state sharded over a mesh's
+    assert committed(host) is host  # devices: test_sbsvm_scale's distributed runs)
 
 
 def test_a_run_compiles_its_loop_once_whatever_the_commitment_of_its_start():

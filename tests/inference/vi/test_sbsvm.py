@@ -1,5 +1,7 @@
 """S-BSVM (paper Alg. 1): the batch limit, Alg. 1's own update, predictions, options."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -218,3 +220,31 @@ def test_user_labels_and_float64(toy):
     assert np.mean(fit.predict(X) == labels) > 0.8
     assert not jax.config.jax_enable_x64
     assert "svi" in fit.summary() and fit.converged == (fit.stop_reason == "tol")
+
+
+def test_a_fit_that_learns_its_hyperparameters_reuses_the_programs_after_its_search(
+        monkeypatch):
+    """The hyperparameter search hands back host values (uncommitted arrays), the loop's state
+    is committed, and JAX compiles again for arguments that differ in commitment alone: the
+    fit's marginals at the training rows, after the search, are the program of a fit that
+    learns nothing (it compiled a second one before the search's values were committed)."""
+    from ppl_bsvm.inference.vi import sbsvm
+    from tests._shared import compilations, small_problem
+
+    counts = []
+    real = sbsvm._training_marginals
+
+    def counted(*args):
+        with compilations() as count:
+            out = jax.block_until_ready(real(*args))
+        counts.append(count[0])
+        return out
+
+    monkeypatch.setattr(sbsvm, "_training_marginals", counted)
+    X, y = small_problem()
+    common = dict(model="gp", method="svi", num_inducing=10, max_iter=200, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)  # 200 steps: short
+        ppl_bsvm.fit(X, y, **common)
+        ppl_bsvm.fit(X, y, learn_hyperparameters=True, **common)
+    assert len(counts) == 2 and counts[1] == 0

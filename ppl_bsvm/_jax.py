@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-__all__ = ["as_key", "key_from_seed", "to_device"]
+__all__ = ["as_key", "committed", "key_from_seed", "to_device"]
 
 
 def to_device(x, dtype=None) -> jax.Array:
@@ -16,6 +16,29 @@ def to_device(x, dtype=None) -> jax.Array:
     ms each, where ``device_put`` copies in microseconds.
     """
     return jax.device_put(np.asarray(x, dtype=dtype))
+
+
+def committed(tree):
+    """``tree`` with every JAX array that is not committed to a device committed to the one
+    device all its arrays are on (no copy: the same buffer), other leaves as they are; the
+    tree itself where its arrays span several devices (a mesh's sharded state).
+
+    JAX compiles a program again for arguments that differ only in commitment, and a stored
+    program's outputs are committed (:class:`ppl_bsvm._programs.Program`, which commits its
+    arguments with this so that its own outputs, eager values and loaded arrays all call the
+    one compiled program)."""
+    arrays = [leaf for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
+    devices = set().union(*(leaf.devices() for leaf in arrays))
+    if len(devices) != 1:
+        return tree
+    device = devices.pop()
+
+    def commit(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.committed:
+            return jax.device_put(leaf, device)
+        return leaf
+
+    return jax.tree.map(commit, tree)
 
 
 def key_from_seed(seed: int) -> jax.Array:

@@ -55,6 +55,8 @@ from typing import Callable
 import jax
 import numpy as np
 
+from ._jax import committed
+
 __all__ = ["Program", "stable_repr", "programs_dir", "stats"]
 
 FORMAT = 1
@@ -335,6 +337,10 @@ class Program:
         call = self._calls.get(key)
         if call is None:
             call = self._load_or_export(key, args, kwargs)
+        # committed as the outputs of this and every stored program are: JAX would compile
+        # the program again for uncommitted arguments (an engine's eager start, a loaded
+        # checkpoint, a search's host values), e.g. the loop's second segment and a resume
+        dyn_args, dyn_kwargs = committed((dyn_args, dyn_kwargs))
         return call(*dyn_args, **dyn_kwargs)
 
     def _split(self, args, kwargs):

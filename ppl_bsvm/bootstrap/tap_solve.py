@@ -217,9 +217,6 @@ def solve_ratio(K, y, config: tap.TAPConfig, C: float, noise: float, ratio: floa
             start, spent = cold_start(K, y, config, C, noise, ratio, max_iter=max_iter,
                                       order=order)
         state = tap_newton.init(newton, None, data, start)
-    # committed to the device either way: a restarted state (the output of a compiled
-    # program) is, a new one would not be, and the loop's program would compile twice
-    state = jax.device_put(state, jax.devices()[0])
     result = run(tap_newton.step, state, data, static=newton, max_iter=max_iter, tol=tol,
                  converged=tap.converged)
     return Solution(result, spent)

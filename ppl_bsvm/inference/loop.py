@@ -141,31 +141,6 @@ def _default_key():
     return key_from_seed(0)
 
 
-def committed(tree):
-    """``tree`` with every JAX array that is not committed to a device committed to the one
-    device all its arrays are on (no copy: the same buffer), other leaves as they are; the
-    tree itself where its arrays span several devices (a mesh's sharded state).
-
-    JAX compiles a program again for arguments that differ only in commitment. The loop's
-    state and key come back from its compiled segments committed (the outputs of a stored
-    program, :mod:`ppl_bsvm._programs`), while an engine's first state may be uncommitted
-    (eager JAX, ``device_put`` without a device) and a loaded checkpoint's always is: without
-    this, the second segment of a run compiled the loop once more (ADVI, 1.1-1.3 s on the
-    shared test problem) and so did a run resumed from a saved fit (S-BSVM, 2.2 s)."""
-    arrays = [leaf for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
-    devices = set().union(*(leaf.devices() for leaf in arrays))
-    if len(devices) != 1:
-        return tree
-    device = devices.pop()
-
-    def commit(leaf):
-        if isinstance(leaf, jax.Array) and not leaf.committed:
-            return jax.device_put(leaf, device)
-        return leaf
-
-    return jax.tree.map(commit, tree)
-
-
 @functools.lru_cache(maxsize=128)
 def _jitted(step: Callable):
     """``step`` under ``jit`` with ``static`` compiled in: the segment traces it once for the
@@ -308,7 +283,6 @@ def run(
             return resume
         state, start, key = resume.state, resume.n_iter, resume.key
     key = _default_key() if key is None else key
-    state, key = committed((state, key))  # as every segment's outputs are
     loop = _compiled_loop(step, static, converged, SEGMENT)
     tol_arr = to_device(tol, np.float64)
     done_iter, converged_now, pieces = start, False, []

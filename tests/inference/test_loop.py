@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ppl_bsvm.inference.loop import SEGMENT, committed, relative_change, run
+from ppl_bsvm._jax import committed
+from ppl_bsvm.inference.loop import SEGMENT, relative_change, run
 
 
 class S(NamedTuple):
@@ -133,8 +134,8 @@ def test_a_run_compiles_its_loop_once_whatever_the_commitment_of_its_start():
     JAX, ``key_from_seed``) and a loaded checkpoint's never is; JAX compiles a program again
     for arguments that differ in commitment alone. B-BSVM (a library step, so a stored
     program) in three segments from an uncommitted start, then resumed from its state as a
-    loaded fit holds it: one compilation (two segments compiled two before the loop committed
-    its start, and the resumed run a third)."""
+    loaded fit holds it: one compilation (two segments compiled two before a stored program
+    committed its arguments, and the resumed run a third)."""
     from ppl_bsvm.inference.vi import bbsvm
     from ppl_bsvm.kernels import RBF
     from tests._shared import compilations

@@ -38,7 +38,6 @@ from jax.flatten_util import ravel_pytree
 
 from ... import _programs
 from ..inducing import inducing_prior
-from ..loop import committed
 from . import fixed_point, lrvb
 from .sbsvm_marginals import full_elbo
 from .sbsvm_response import _sweep, polish
@@ -135,10 +134,7 @@ def batch_phase(kernel, st, data, options, what: str):
     if options.learn_hyperparameters:
         params, Z, eta1, prec, cert, attrs = optimise(kernel, options.learn_inducing,
                                                       st.params, st.Z, st.eta1, st.prec, data)
-        # the search's hyperparameters come from the host (uncommitted); committed as the
-        # loop's state is, the fit's later programs are those of a fit that learns nothing
-        st = committed(st._replace(params=params, Z=Z,
-                                   chol_Kmm=_chol(kernel, params, Z, data.jitter)))
+        st = st._replace(params=params, Z=Z, chol_Kmm=_chol(kernel, params, Z, data.jitter))
     else:
         eta1, prec, cert = polish(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data,
                                   np.float64(tol), np.int32(fixed_point.MAX_SWEEPS))

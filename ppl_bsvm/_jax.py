@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-__all__ = ["as_key", "committed", "key_from_seed", "to_device"]
+__all__ = ["as_key", "committed", "key_from_seed", "placed_like", "to_device"]
 
 
 def to_device(x, dtype=None) -> jax.Array:
@@ -39,6 +39,16 @@ def committed(tree):
         return leaf
 
     return jax.tree.map(commit, tree)
+
+
+def placed_like(new, old):
+    """``new`` (a tree of host or device values) placed as the arrays of ``old`` (the same
+    structure) are: on the device each is committed to, or replicated over a mesh as ``old``
+    is. For values computed outside the compiled programs (a search on the host) that replace
+    a program's outputs: JAX compiles again for arguments that differ in placement or
+    commitment alone, and refuses to mix one device's arrays with a mesh's."""
+    return jax.tree.map(
+        lambda a, b: jax.device_put(a, b.sharding) if isinstance(b, jax.Array) else a, new, old)
 
 
 def key_from_seed(seed: int) -> jax.Array:

@@ -37,6 +37,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ... import _programs
+from ..._jax import placed_like
 from ..inducing import inducing_prior
 from . import fixed_point, lrvb
 from .sbsvm_marginals import full_elbo
@@ -134,6 +135,12 @@ def batch_phase(kernel, st, data, options, what: str):
     if options.learn_hyperparameters:
         params, Z, eta1, prec, cert, attrs = optimise(kernel, options.learn_inducing,
                                                       st.params, st.Z, st.eta1, st.prec, data)
+        # the search's values are host values, not placed as the loop's state is (committed
+        # to its device, or replicated over a mesh), and JAX compiles a program again for
+        # arguments that differ in commitment alone: the fit's later jitted steps (the
+        # inducing prior, the draws of f) would compile twice, once for a fit that learns
+        # nothing and once for one that learns
+        params, Z = placed_like((params, Z), (st.params, st.Z))
         st = st._replace(params=params, Z=Z, chol_Kmm=_chol(kernel, params, Z, data.jitter))
     else:
         eta1, prec, cert = polish(kernel, st.params, st.Z, st.chol_Kmm, st.eta1, st.prec, data,

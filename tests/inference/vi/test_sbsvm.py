@@ -175,12 +175,32 @@ def test_hyperparameter_learning_with_inducing_points_at_the_data_matches_bbsvm(
     assert sparse.trace["lengthscale"].shape == (sparse.n_iter,)
 
 
-def test_learning_inducing_locations_moves_them_and_raises_the_elbo(toy):
+def test_learning_inducing_locations_moves_them_and_raises_the_elbo(toy, monkeypatch):
+    """The locations move and the bound rises; and the inducing prior at the search's answer
+    compiles once for both fits, although only the second search hands back its own
+    locations (host values, committed before use: JAX compiles again for arguments that
+    differ in commitment alone)."""
+    from ppl_bsvm.inference.vi import sbsvm_batch
+    from tests._shared import compilations
+
     X, y = toy
+    counts = []
+    real = sbsvm_batch._chol
+
+    def counted(kernel, params, Z, jitter):
+        if isinstance(Z, jax.core.Tracer):  # inside the search's profile
+            return real(kernel, params, Z, jitter)
+        with compilations() as count:
+            out = jax.block_until_ready(real(kernel, params, Z, jitter))
+        counts.append(count[0])
+        return out
+
+    monkeypatch.setattr(sbsvm_batch, "_chol", counted)
     common = dict(model="gp", method="svi", kernel=KERNEL, num_inducing=5, batch_size=30,
                   max_iter=2000, elbo_every=100, tol=1e-300, num_draws=10, seed=4)
     fixed = ppl_bsvm.fit(X, y, learn_hyperparameters=True, **common)
     moved = ppl_bsvm.fit(X, y, learn_hyperparameters=True, learn_inducing=True, **common)
+    assert counts[-1] == 0 and len(counts) == 2
     Z0 = fixed.idata["approximation"]["Z"].values
     Z1 = moved.idata["approximation"]["Z"].values
     assert np.max(np.abs(Z1 - Z0)) > 0.05
@@ -226,25 +246,32 @@ def test_a_fit_that_learns_its_hyperparameters_reuses_the_programs_after_its_sea
         monkeypatch):
     """The hyperparameter search hands back host values (uncommitted arrays), the loop's state
     is committed, and JAX compiles again for arguments that differ in commitment alone: the
-    fit's marginals at the training rows, after the search, are the program of a fit that
-    learns nothing (it compiled a second one before the search's values were committed)."""
-    from ppl_bsvm.inference.vi import sbsvm
+    fit's marginals at the training rows and its draws of f, after the search, are the
+    programs of a fit that learns nothing (each compiled a second one before the search's
+    values were committed)."""
+    from ppl_bsvm.inference.vi import sbsvm, sbsvm_marginals
     from tests._shared import compilations, small_problem
 
-    counts = []
-    real = sbsvm._training_marginals
+    counts = {"_training_marginals": [], "_f_draws_chunk": []}
 
-    def counted(*args):
-        with compilations() as count:
-            out = jax.block_until_ready(real(*args))
-        counts.append(count[0])
-        return out
+    def counting(module, name):
+        real = getattr(module, name)
 
-    monkeypatch.setattr(sbsvm, "_training_marginals", counted)
+        def counted(*args, **kwargs):
+            with compilations() as count:
+                out = jax.block_until_ready(real(*args, **kwargs))
+            counts[name].append(count[0])
+            return out
+
+        monkeypatch.setattr(module, name, counted)
+
+    counting(sbsvm, "_training_marginals")
+    counting(sbsvm_marginals, "_f_draws_chunk")
     X, y = small_problem()
     common = dict(model="gp", method="svi", num_inducing=10, max_iter=200, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ppl_bsvm.ConvergenceWarning)  # 200 steps: short
         ppl_bsvm.fit(X, y, **common)
         ppl_bsvm.fit(X, y, learn_hyperparameters=True, **common)
-    assert len(counts) == 2 and counts[1] == 0
+    for name, seen in counts.items():
+        assert len(seen) == 2 and seen[1] == 0, name

@@ -21,13 +21,16 @@ def to_device(x, dtype=None) -> jax.Array:
 def committed(tree):
     """``tree`` with every JAX array that is not committed to a device committed to the one
     device all its arrays are on (no copy: the same buffer), other leaves as they are; the
-    tree itself where its arrays span several devices (a mesh's sharded state).
+    tree itself where its arrays span several devices (a mesh's sharded state) or where
+    some are tracers (a call inside another program).
 
     JAX compiles a program again for arguments that differ only in commitment, and a stored
     program's outputs are committed (:class:`ppl_bsvm._programs.Program`, which commits its
     arguments with this so that its own outputs, eager values and loaded arrays all call the
     one compiled program)."""
     arrays = [leaf for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in arrays):
+        return tree  # a call under an outer jit: nothing is placed yet
     devices = set().union(*(leaf.devices() for leaf in arrays))
     if len(devices) != 1:
         return tree

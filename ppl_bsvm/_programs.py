@@ -332,6 +332,9 @@ class Program:
         split = self._split(args, kwargs)
         if split is None:
             stats["fallback"] += 1
+            if jax.process_count() == 1 and jax.device_count() == 1:
+                # an unkeyable static value (a user's function): committed all the same
+                args, kwargs = committed((args, kwargs))
             return self.jitted(*args, **kwargs)
         key, dyn_args, dyn_kwargs = split
         call = self._calls.get(key)

@@ -334,15 +334,20 @@ def test_a_callable_option_is_saved_as_a_placeholder_and_asked_for_on_resume(sma
 
     options = {"max_iter": 40, "elbo_every": 10, "tol": 1e-12, "learning_rate": rate}
     whole = _fit(small, "gp", "svi", {**options, "max_iter": 60})
-    part = _fit(small, "gp", "svi", options)
+    # the same function, the same programs (each fit had wrapped it anew, a new static
+    # value: a second fit and the resume below compiled the loop again)
+    with compilations() as count:
+        part = _fit(small, "gp", "svi", options)
+    assert count[0] == 0
     loaded = ppl_bsvm.load(part.save(tmp_path / "part"))
     assert isinstance(loaded.options["learning_rate"], Unsaved)
     np.testing.assert_array_equal(loaded.predict_proba(Xt), part.predict_proba(Xt))
     with pytest.raises(ValueError, match=r"\['learning_rate'\].*pass them again"):
         ppl_bsvm.resume(loaded, X, y, max_iter=60)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), compilations() as count:
         warnings.simplefilter("ignore")
         resumed = ppl_bsvm.resume(loaded, X, y, max_iter=60, learning_rate=rate)
+    assert count[0] == 0  # the loaded state committed as a program's outputs are
     _assert_same_fit(whole, resumed, Xt)
 
 

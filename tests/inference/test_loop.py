@@ -126,6 +126,8 @@ def test_committed_commits_in_place_and_leaves_the_rest():
     assert out[1] is placed and isinstance(out[2], np.ndarray) and out[3] == 1.5
     host = (np.zeros(2), 1.5)  # no device: as it is (so is a state sharded over a mesh's
     assert committed(host) is host  # devices: test_sbsvm_scale's distributed runs)
+    # under an outer jit (a stored program called from another program's trace): as it is
+    assert float(jax.jit(lambda x: committed((x, loose))[0])(1.0)) == 1.0
 
 
 def test_a_run_compiles_its_loop_once_whatever_the_commitment_of_its_start():

@@ -237,10 +237,19 @@ def adaptive(tau0: float = 10.0, num_init: int = 5) -> Adaptive:
 
 
 class _Callable(_Schedule):
-    """A user's schedule function ``count -> rho`` (hashed by identity)."""
+    """A user's schedule function ``count -> rho``, equal to another wrapper of the same
+    function object (hashed by its identity): the engines' programs take the schedule as a
+    static argument, and a new wrapper at every call compiled them again for each fit with
+    the same function (every fold of a cross-validation, a resumed run)."""
 
     def __init__(self, fn: Callable):
         self.fn = fn
+
+    def __eq__(self, other):
+        return isinstance(other, _Callable) and other.fn is self.fn
+
+    def __hash__(self):
+        return hash((_Callable, id(self.fn)))
 
     def __call__(self, count):
         return jnp.asarray(self.fn(count), dtype=float)

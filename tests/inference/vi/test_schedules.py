@@ -34,6 +34,21 @@ def test_schedules_are_jittable_and_hashable():
     assert float(schedules.constant(0.3)(7)) == 0.3
 
 
+def test_a_users_schedule_function_is_one_static_value_however_often_it_is_passed():
+    """The engines compile the schedule in: two wrappers of one function are equal (one
+    program for every fit that passes it), of two functions not."""
+    def rate(t):
+        return 0.5 / (1.0 + t)
+
+    def other(t):
+        return 0.5 / (1.0 + t)
+
+    a, b = schedules.as_rate(rate), schedules.as_rate(rate)
+    assert a == b and hash(a) == hash(b)
+    assert a != schedules.as_rate(other) and a != rate
+    assert schedules.as_step_size(rate, "hyper_lr") == schedules.as_step_size(rate, "hyper_lr")
+
+
 def test_adaptive_rate_is_one_for_a_deterministic_gradient_and_small_for_noise():
     rate = schedules.adaptive(tau0=10.0, num_init=5)
     g = jnp.asarray([1.0, -2.0, 0.5])

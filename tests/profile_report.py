@@ -8,7 +8,12 @@ seconds of tracing, lowering and XLA compilation in them, and the programs compi
 from the persistent cache (JAX logs both alike); per program name how often it was
 compiled, with how many distinct signatures, the seconds it took and in how many modules; the
 compile seconds per entry point (the public ppl_bsvm function, or the test file) and per call
-site (the line that asked for the programs).
+site (the line that asked for the programs); and the programs a worker compiled again at a
+signature it had compiled before, per call site, with the tests of the first compilation and of
+the repeat: another static option, which the tests choose, or a program compiled again for
+arguments that differ in what the signature does not show (their commitment to a device, a
+static value hashed by identity), which the library should not do (tests/README.md items 18
+and 19).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from pathlib import Path
 
 
 def load(folder: Path) -> list[dict]:
+    """The tests' rows in the order each worker ran them, each with its ``worker`` (the file)."""
     rows = []
     for path in sorted(folder.glob("*.jsonl")):
-        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows += [{**json.loads(line), "worker": path.stem}
+                 for line in path.read_text().splitlines() if line.strip()]
     return rows
 
 
@@ -89,6 +96,32 @@ def by_entry(rows: list[dict]) -> list[dict]:
     return [{"entry": e, "compiles": count[e], "seconds": s} for e, s in seconds.most_common()]
 
 
+REPEAT_MIN_SECONDS = 0.1
+"""Compilations shorter than this are left out of :func:`repeats` (loads from the persistent
+cache after a release of the programs, a few milliseconds each)."""
+
+
+def repeats(rows: list[dict]) -> list[dict]:
+    """Per call site, the programs a worker compiled again at a ``(name, site, signature)`` it
+    had compiled in an earlier or the same test: their count, seconds, and the first such pair
+    of tests (``first -> again``)."""
+    count, seconds, example = collections.Counter(), collections.Counter(), {}
+    seen: dict[tuple, str] = {}
+    for row in rows:
+        for name, secs, signature, site in compiled(row):
+            if secs < REPEAT_MIN_SECONDS:
+                continue
+            key = (row.get("worker"), name, site.split(" < ")[0], signature)
+            if key in seen:
+                count[key[2]] += 1
+                seconds[key[2]] += secs
+                example.setdefault(key[2], f"{seen[key]} -> {row['test']}")
+            else:
+                seen[key] = row["test"]
+    return [{"site": site or "?", "repeats": count[site], "seconds": secs,
+             "first -> again": example[site]} for site, secs in seconds.most_common()]
+
+
 def markdown(rows: list[dict], columns: list[str]) -> str:
     def cell(v):
         return f"{v:.0f}" if isinstance(v, float) else str(v)
@@ -121,6 +154,12 @@ def main(argv=None) -> int:
     print(markdown(by_entry(rows)[:args.top], ["entry", "compiles", "seconds"]))
     print()
     print(markdown(by_site(rows)[:args.top], ["site", "compiles", "seconds", "programs"]))
+    print()
+    again = repeats(rows)
+    print(f"Compiled again in a worker at a signature it had compiled: "
+          f"{sum(r['seconds'] for r in again):.0f} s")
+    print()
+    print(markdown(again[:args.top], ["site", "repeats", "seconds", "first -> again"]))
     return 0
 
 

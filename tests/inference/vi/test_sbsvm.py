@@ -14,6 +14,25 @@ from ppl_bsvm.inference.inducing import inducing_prior, project
 KERNEL = kernels.RBF(lengthscale=1.3, variance=1.5)
 
 
+def _compilations_per_call(monkeypatch, module, name: str) -> list[int]:
+    """Patch ``module.name`` to record how many programs each of its calls compiles (or
+    loads from the persistent cache); calls inside another program's trace pass uncounted."""
+    from tests._shared import compilations
+
+    real, counts = getattr(module, name), []
+
+    def counted(*args, **kwargs):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
+            return real(*args, **kwargs)
+        with compilations() as count:
+            out = jax.block_until_ready(real(*args, **kwargs))
+        counts.append(count[0])
+        return out
+
+    monkeypatch.setattr(module, name, counted)
+    return counts
+
+
 def _toy(n=60, seed=0):
     r = np.random.default_rng(seed)
     X = r.standard_normal((n, 2))
@@ -178,24 +197,12 @@ def test_hyperparameter_learning_with_inducing_points_at_the_data_matches_bbsvm(
 def test_learning_inducing_locations_moves_them_and_raises_the_elbo(toy, monkeypatch):
     """The locations move and the bound rises; and the inducing prior at the search's answer
     compiles once for both fits, although only the second search hands back its own
-    locations (host values, committed before use: JAX compiles again for arguments that
-    differ in commitment alone)."""
+    locations (host values, placed as the state's before use: JAX compiles again for
+    arguments that differ in commitment alone)."""
     from ppl_bsvm.inference.vi import sbsvm_batch
-    from tests._shared import compilations
 
     X, y = toy
-    counts = []
-    real = sbsvm_batch._chol
-
-    def counted(kernel, params, Z, jitter):
-        if isinstance(Z, jax.core.Tracer):  # inside the search's profile
-            return real(kernel, params, Z, jitter)
-        with compilations() as count:
-            out = jax.block_until_ready(real(kernel, params, Z, jitter))
-        counts.append(count[0])
-        return out
-
-    monkeypatch.setattr(sbsvm_batch, "_chol", counted)
+    counts = _compilations_per_call(monkeypatch, sbsvm_batch, "_chol")  # not the search's
     common = dict(model="gp", method="svi", kernel=KERNEL, num_inducing=5, batch_size=30,
                   max_iter=2000, elbo_every=100, tol=1e-300, num_draws=10, seed=4)
     fixed = ppl_bsvm.fit(X, y, learn_hyperparameters=True, **common)
@@ -250,23 +257,12 @@ def test_a_fit_that_learns_its_hyperparameters_reuses_the_programs_after_its_sea
     programs of a fit that learns nothing (each compiled a second one before the search's
     values were committed)."""
     from ppl_bsvm.inference.vi import sbsvm, sbsvm_marginals
-    from tests._shared import compilations, small_problem
+    from tests._shared import small_problem
 
-    counts = {"_training_marginals": [], "_f_draws_chunk": []}
-
-    def counting(module, name):
-        real = getattr(module, name)
-
-        def counted(*args, **kwargs):
-            with compilations() as count:
-                out = jax.block_until_ready(real(*args, **kwargs))
-            counts[name].append(count[0])
-            return out
-
-        monkeypatch.setattr(module, name, counted)
-
-    counting(sbsvm, "_training_marginals")
-    counting(sbsvm_marginals, "_f_draws_chunk")
+    counts = {"_training_marginals": _compilations_per_call(monkeypatch, sbsvm,
+                                                            "_training_marginals"),
+              "_f_draws_chunk": _compilations_per_call(monkeypatch, sbsvm_marginals,
+                                                       "_f_draws_chunk")}
     X, y = small_problem()
     common = dict(model="gp", method="svi", num_inducing=10, max_iter=200, seed=0)
     with warnings.catch_warnings():

@@ -68,6 +68,11 @@ def by_program(rows: list[dict]) -> list[dict]:
             for name, secs in seconds.most_common()]
 
 
+def call_site(site: str) -> str:
+    """The line that asked for a program (the first of its recorded ``line < entry`` chain)."""
+    return site.split(" < ")[0]
+
+
 def by_site(rows: list[dict]) -> list[dict]:
     """Compile seconds per call site (the line of ppl_bsvm, else of the tests, that asked for
     the programs): where sharing or jitting would save the most."""
@@ -75,7 +80,7 @@ def by_site(rows: list[dict]) -> list[dict]:
     names = collections.defaultdict(collections.Counter)
     for row in rows:
         for name, secs, _, site in compiled(row):
-            site = site.split(" < ")[0]
+            site = call_site(site)
             count[site] += 1
             seconds[site] += secs
             names[site][name] += 1
@@ -111,7 +116,7 @@ def repeats(rows: list[dict]) -> list[dict]:
         for name, secs, signature, site in compiled(row):
             if secs < REPEAT_MIN_SECONDS:
                 continue
-            key = (row.get("worker"), name, site.split(" < ")[0], signature)
+            key = (row.get("worker"), name, call_site(site), signature)
             if key in seen:
                 count[key[2]] += 1
                 seconds[key[2]] += secs

@@ -8,11 +8,17 @@ problems hardly feel. The level changes how XLA's CPU backend generates machine 
 a program computes: the tests check the same mathematics, to tolerances that hold at every
 level (float rounding may differ in the last bits).
 
-The README's blocks run as a user's, at the user's flags (:func:`user_environment`): they keep
-XLA's default code generation tested end to end (at level 0 they took 70 s cold instead of
-98 s). The notebooks' kernels compile at level 0 (cold, validating_vi and
-hyperparameters_and_inducing_points took 51 s instead of 64 s). ``PPL_BSVM_TEST_XLA_OPT=default``
-runs the whole suite at XLA's defaults.
+Every new process the tests start inherits the level (the README's blocks, the notebooks'
+kernels, the cache's and dask's processes) but the program store's two probes
+(``tests/test_programs.py``), which run at the user's flags (:func:`user_environment`): they
+keep XLA's default code generation tested end to end, a linear VI fit and an S-BSVM fit that
+learns its hyperparameters, with every program S-BSVM stores, compiled in one process and
+loaded in the next, bit for bit the same numbers. The README's blocks ran at the user's flags
+until session 35: 94-98 s of CPU in a cold process against 72-75 s at level 0 (wall 68-71 s
+against 59-61 s). Earlier sessions had compared their wall times alone and found them alike
+at some hours; XLA compiles a program's pieces on every core, so alone the second core hid
+work that the suite, with both cores busy, pays in full.
+``PPL_BSVM_TEST_XLA_OPT=default`` runs the whole suite at XLA's defaults.
 """
 
 import os
@@ -29,7 +35,7 @@ if (os.environ.get("PPL_BSVM_TEST_XLA_OPT", "fast") != "default"
 
 def user_environment(**extra: str) -> dict:
     """``os.environ`` with XLA's flags as the user had them, and ``extra``: for a new process
-    that runs exactly as a user's would."""
+    that compiles exactly as a user's would."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if USER_XLA_FLAGS is not None:
         env["XLA_FLAGS"] = USER_XLA_FLAGS

@@ -69,9 +69,9 @@ def toy2d():
 
 LONGEST_FIRST = (
     "tests/test_readme.py::test_readme_python_blocks_run_in_order",
-    # the notebooks longest first (their kernels compile at level 0 and the README's process
-    # at the user's flags, so they load none of its programs: tests/_xla.py); the quickstart
-    # after validating_vi, whose programs it loads (test_notebooks.QUICK)
+    # the notebooks longest first, on the README's worker after it (all at level 0,
+    # tests/_xla.py, with one compilation cache); the quickstart after validating_vi, whose
+    # programs it loads (test_notebooks.QUICK)
     "tests/test_notebooks.py::test_notebook_executes[validating_vi]",
     "tests/test_notebooks.py::test_notebook_executes[quickstart]",
     "tests/test_notebooks.py::test_notebook_executes[hyperparameters_and_inducing_points]",

@@ -15,11 +15,12 @@ import pytest
 
 from ppl_bsvm import _programs, _runtime
 from ppl_bsvm.inference.vi import schedules
+from tests._xla import USER_XLA_FLAGS, user_environment
 
 # A fit of each kind whose programs are stored: the shared optimisation loop (linear VI) and
 # every program of S-BSVM (run keys, k-means, init, loop, final q, training marginals).
 _PROBE = """
-import json, sys
+import json, os, sys
 import numpy as np
 import ppl_bsvm
 from ppl_bsvm import _programs
@@ -31,13 +32,16 @@ svi = ppl_bsvm.fit(X, y, model="gp", method="svi", num_inducing=8, max_iter=300,
                    learn_hyperparameters=True, num_draws=20, seed=2)
 out = {"vi": vi.predict_proba(X[:20]).tolist(), "beta": vi.idata.posterior["beta"].values.tolist(),
        "svi": svi.predict_proba(X[:20]).tolist(), "u": svi.idata.posterior["u"].values.tolist(),
-       "n_iter": [vi.n_iter, svi.n_iter], "stats": _programs.stats}
+       "n_iter": [vi.n_iter, svi.n_iter], "stats": _programs.stats,
+       "xla_flags": os.environ.get("XLA_FLAGS")}
 print(json.dumps(out))
 """
 
 
 def _probe(cache, **env):
-    environment = {**os.environ, "PPL_BSVM_CACHE_DIR": str(cache), **env}
+    # at the user's XLA flags, not the tests' level 0: the suite's end-to-end check of XLA's
+    # default code generation (tests/_xla.py)
+    environment = user_environment(PPL_BSVM_CACHE_DIR=str(cache), **env)
     proc = subprocess.run([sys.executable, "-c", _PROBE], env=environment, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -47,6 +51,7 @@ def _probe(cache, **env):
 @pytest.mark.slow
 def test_a_new_process_loads_the_stored_programs_and_computes_the_same_numbers(tmp_path):
     first = _probe(tmp_path)
+    assert first["xla_flags"] == USER_XLA_FLAGS  # XLA's code generation as the user has it
     assert first["stats"]["saved"] >= 7 and first["stats"]["loaded"] == 0
     assert first["stats"]["fallback"] == 0
     files = sorted((tmp_path / "programs").glob("*.program"))

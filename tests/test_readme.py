@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests._xla import user_environment
-
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 
@@ -86,7 +84,10 @@ def test_readme_python_blocks_run_in_order(tmp_path):
     blocks = with_quick_sizes(python_blocks(README.read_text()))
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "runner.py").write_text(RUNNER)
-    env = user_environment(
+    # XLA's flags as the other tests' (optimisation level 0, tests/_xla.py): the program
+    # store's probes keep the default code generation tested
+    env = dict(
+        os.environ,
         MPLBACKEND="Agg",
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         # the dask block's worker processes import JAX: room for a loaded 2-core machine

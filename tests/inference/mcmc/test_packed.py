@@ -117,9 +117,10 @@ def test_a_run_with_packed_k_draws_what_the_dense_run_draws(monkeypatch):
     ``lam | f``, the conjugate-gradient draw of ``f | lam`` and the whitened coordinates it
     carries from sweep to sweep. The scale step and the line moves are off: their tangent
     grids adapt to the draws (``line_moves.sample_line``), so that a rounding difference can
-    change a grid and give another, equally exact draw (measured: the second sweep's line
-    moved two coordinates by 6.5e-4 more in one run than in the other, with JAX 0.12.1 in
-    the suite and with 0.12.0.1 in a script), and neither touches ``K``."""
+    change a grid and give another, equally exact draw (measured: from states 1.8e-14 apart,
+    the second sweep's line moves drew two coordinates of one chain 6.5e-4 apart, and its
+    draws of ``f`` differed by up to 5.4e-4, with JAX 0.12.0.1 in a script and 0.12.1 in the
+    suite), and neither touches ``K``."""
     X, y = datasets.load("banana", standardize=True)
     X, y = X[:N], y[:N].astype(float)
     kern = kernels.RBF()

@@ -427,9 +427,13 @@ def library_cache():
     """The block's compilations use ppl_bsvm's cache directory (thread-local settings, as
     float64 is): JAX's ``jax_compilation_cache_dir`` points at it, and programs are written
     whatever their compile time (:data:`CACHE_MIN_COMPILE_SECONDS`, unless the user changed
-    JAX's default). Nothing changes where the user configured a cache of their own."""
+    JAX's default). Nothing changes where the user configured a cache of their own, nor in a
+    run of several processes (``jax.distributed``), which compiles afresh: with JAX 0.12.1
+    two processes that loaded an S-BSVM step (its cross-process all-reduce) from the cache
+    waited for each other in gloo's all-reduce for ever, where compiled they agree
+    (``tests/inference/vi/test_sbsvm_scale.py``, ``tests/test_runtime.py``)."""
     root = _cache_root
-    if root is None or jax.config.jax_compilation_cache_dir:
+    if root is None or jax.config.jax_compilation_cache_dir or jax.process_count() > 1:
         yield
         return
     from jax._src import config as jax_config

@@ -107,6 +107,26 @@ def test_compilation_cache_directory_settings(tmp_path):
                                                                                         mine]
 
 
+def test_a_run_of_several_processes_compiles_afresh(monkeypatch, tmp_path):
+    """``library_cache`` points JAX's cache at ppl_bsvm's directory in a one-process run and
+    not in a ``jax.distributed`` run: with JAX 0.12.1, two processes that loaded an S-BSVM
+    step from the cache hung in gloo's all-reduce (``test_sbsvm_scale``'s distributed test,
+    in a warm run)."""
+    from jax._src import config as jax_config
+
+    monkeypatch.setattr(_runtime, "_cache_root", tmp_path)
+    configured = jax.config.jax_compilation_cache_dir  # this test process's (conftest)
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        with _runtime.library_cache():
+            assert jax_config.compilation_cache_dir.value == str(tmp_path)
+        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        with _runtime.library_cache():
+            assert jax_config.compilation_cache_dir.value is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", configured)
+
+
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     """``PPL_BSVM_CACHE_DIR`` moves the cache or turns it off (``off``, an empty value, ...),
     and then ``enable_compilation_cache`` sets nothing up; unset, the cache is under

@@ -433,7 +433,9 @@ def library_cache():
     waited for each other in gloo's all-reduce for ever, where compiled they agree
     (``tests/inference/vi/test_sbsvm_scale.py``, ``tests/test_runtime.py``)."""
     root = _cache_root
-    if root is None or jax.config.jax_compilation_cache_dir or jax.process_count() > 1:
+    # (is_initialized, not process_count: the block must not start JAX's backends, which
+    # jax.distributed.initialize has to precede)
+    if root is None or jax.config.jax_compilation_cache_dir or jax.distributed.is_initialized():
         yield
         return
     from jax._src import config as jax_config

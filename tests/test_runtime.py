@@ -120,7 +120,7 @@ def test_a_run_of_several_processes_compiles_afresh(monkeypatch, tmp_path):
     try:
         with _runtime.library_cache():
             assert jax_config.compilation_cache_dir.value == str(tmp_path)
-        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
         with _runtime.library_cache():
             assert jax_config.compilation_cache_dir.value is None
     finally:

@@ -196,7 +196,7 @@ class Fit:
         path = Path(path)
         fields_json, arrays_npz = to_bytes(self._fields(with_idata=False), lenient=_UNSAVED_OK)
         writers = {
-            "posterior": lambda file: file.write_bytes(_netcdf_bytes(self.idata)),
+            "posterior": lambda file: _write_netcdf(file, self.idata),
             "fields": lambda file: file.write_bytes(fields_json),
             "arrays": lambda file: file.write_bytes(arrays_npz),
         }
@@ -559,6 +559,22 @@ def _netcdf_bytes(idata) -> memoryview:
     itself, and after the ``OSError`` the process dies in HDF5's clean-up (SIGSEGV, 5 of 5
     tries); the price is a copy of the posterior in memory while it is written."""
     return idata.to_netcdf(None, engine=_NETCDF_ENGINE)
+
+
+def _write_netcdf(file: Path, idata) -> None:
+    """Write :func:`_netcdf_bytes` to ``file``, releasing its view of the in-memory file however
+    the write ends. The view holds an export of xarray's ``BytesIO``; a failed write's
+    traceback keeps it alive (``Path.write_bytes``' frame held another), and once that
+    traceback sits in a reference cycle (pytest's or IPython's record of the error) the
+    garbage collector finalises the ``BytesIO`` while the view still holds it, and its
+    ``close`` fails: "Exception ignored ... BufferError: Existing exports of data", printed at
+    a random later moment."""
+    view = memoryview(_netcdf_bytes(idata))
+    try:
+        with open(file, "wb") as out:
+            out.write(view)
+    finally:
+        view.release()
 
 
 def _write(path: Path, writers: dict, meta: dict, overwrite: bool) -> None:

@@ -294,7 +294,7 @@ def test_float32_estimator(data):
         ("ess", {"num_samples": 10, "num_warmup": 10, "num_chains": 2}),
         ("mclmc", {"num_samples": 10, "num_warmup": 10, "num_chains": 2}),
         ("vi", {"max_iter": 20, "num_draws": 50}),
-        ("pathfinder", {"num_draws": 50}),
+        ("pathfinder", {"num_draws": 50, "num_elbo_draws": 25}),
         ("advi", {"max_iter": 50, "window": 10, "num_draws": 50}),
         ("svi", {"max_iter": 50, "num_draws": 50, "num_inducing": 10}),
     ],

@@ -25,7 +25,7 @@ SAVED = [
     ("gp", "svi", {"max_iter": 40, "elbo_every": 10, "num_inducing": 10}),
     ("linear", "gibbs", {"num_samples": 40, "num_warmup": 40, "num_chains": 2}),
     ("gp", "nuts", {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "max_tree_depth": 2}),
-    ("linear", "pathfinder", {"num_draws": 50}),
+    ("linear", "pathfinder", {"num_draws": 50, "num_elbo_draws": 25}),
     ("gp", "advi", {"max_iter": 60, "window": 10, "num_draws": 50}),
     ("gp", "platt", {}),
     ("gp", "gpc", {}),

@@ -46,7 +46,8 @@ CHEAP = {
     ("gp", "gpc_sklearn"): {"max_iter_predict": 5},
     ("gp", "mclmc"): {"num_samples": 10, "num_warmup": 10, "num_chains": 2},
     ("gp", "nuts"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1, "max_tree_depth": 2},
-    ("gp", "pathfinder"): {},
+    # 25 draws for each of the 4 paths' ELBOs (the least allowed), as the other modules fit it
+    ("gp", "pathfinder"): {"num_elbo_draws": 25},
     ("gp", "platt"): {"cv": 2},
     ("gp", "rvm"): {"max_iter": 5},
     ("gp", "svgp"): {"max_iter": 5, "num_inducing": 3},
@@ -61,7 +62,7 @@ CHEAP = {
     ("linear", "mclmc"): {"num_samples": 5, "num_warmup": 30, "num_chains": 2},
     ("linear", "nuts"): {"num_samples": 5, "num_warmup": 5, "num_chains": 1,
                          "max_tree_depth": 2},
-    ("linear", "pathfinder"): {},
+    ("linear", "pathfinder"): {"num_elbo_draws": 25},
     ("linear", "svi"): {"max_iter": 5},
     ("linear", "vi"): {"max_iter": 5},
     ("sparse_gp", "advi"): {"max_iter": 5, "window": 2, "num_inducing": 3},
